@@ -1,0 +1,47 @@
+// Operations where every rank talks to its peers directly: AllToAll, Send/Recv and the barrier.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/collective.h"
+#include "algorithms/ring.h"
+#include "lib/kernels/reduce.h"
+
+namespace chorus::algo {
+
+void directAllToAll(Comm& comm, const OpTag& tag, const CollArgs& a) {
+  const int n = comm.nranks(), r = comm.rank();
+  const size_t block = a.count * kernels::dataTypeSize(a.dtype);
+  auto in = static_cast<const uint8_t*>(a.sendbuff);
+  auto out = static_cast<uint8_t*>(a.recvbuff);
+  std::memcpy(out + static_cast<size_t>(r) * block, in + static_cast<size_t>(r) * block, block);
+  std::vector<Request> reqs(2 * static_cast<size_t>(n - 1));
+  // Staggered peer order: at round i every rank sends to rank+i, so no single rank is everyone's target.
+  for (int i = 1; i < n; ++i) {
+    int to = mod(r + i, n), from = mod(r - i, n);
+    comm.irecv(from, out + static_cast<size_t>(from) * block, block, tag, &reqs[2 * (i - 1)]);
+    comm.isend(to, in + static_cast<size_t>(to) * block, block, tag, &reqs[2 * (i - 1) + 1]);
+  }
+  comm.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
+                 tag);
+}
+
+void disseminationBarrier(Comm& comm, const OpTag& tag) {
+  const int n = comm.nranks(), r = comm.rank();
+  for (int d = 1; d < n; d *= 2) {
+    Request s, v;
+    comm.irecv(mod(r - d, n), nullptr, 0, tag, &v);
+    comm.isend(mod(r + d, n), nullptr, 0, tag, &s);
+    comm.waitUntil([&] { return s.done && v.done; }, tag);
+  }
+}
+
+void postPointToPoint(Comm& comm, const OpTag& tag, const CollArgs& a, Request* req) {
+  const size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
+  if (a.isRecv)
+    comm.irecv(a.root, a.recvbuff, bytes, tag, req);
+  else
+    comm.isend(a.root, a.sendbuff, bytes, tag, req);
+}
+
+}  // namespace chorus::algo

@@ -1,0 +1,204 @@
+// Note [Ring]
+// Vocabulary: the buffer is cut into n *segments* (one per rank); every segment into C *chunks* of at most
+// CHORUS_CHUNK_BYTES; a *step* moves one segment one hop around the ring (to rank+1). Reduce-scatter takes
+// n-1 steps, all-gather n-1 more; an allreduce is both, so each rank sends 2(n-1)/n of the buffer.
+//
+// Messages are ordered step-major: (step 0, chunks 0..C-1), (step 1, ...), ... The send of (j, c) depends
+// only on the receive of (j-1, c), so while chunk c+1 is on the wire chunk c is being reduced: the pipeline.
+// Invariants that make it deadlock-free and correct:
+//  * receives are posted in message order and only ever wait for a free staging slot, which is released as
+//    soon as the chunk is reduced; sends never hold a slot (they read user memory or scratch), so no cycle
+//    of waits can form around the ring;
+//  * what a rank sends at step j+1 is what it received at step j (ringSendSegment/ringRecvSegment), with the
+//    same chunk boundaries, so a forwarded chunk is complete before it is sent;
+//  * memory a receive will overwrite is never still being sent: data for it arrives only after the peer
+//    received (hence this rank finished sending) everything it depends on.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "algorithms/collective.h"
+#include "algorithms/ring.h"
+#include "lib/kernels/reduce.h"
+#include "lib/log.h"
+
+namespace chorus::algo {
+
+namespace {
+
+constexpr int kSlots = 4;  // staging chunks in flight per rank
+
+struct RingJob {
+  int steps = 0;        // total steps
+  int reduceSteps = 0;  // steps [0, reduceSteps) receive-and-reduce; the last of them is the final reduction
+  int shift = 0;
+  size_t elemSize = 0;
+  chorusDataType_t dtype = chorusFloat32;
+  chorusRedOp_t op = chorusSum;
+  std::function<size_t(int)> segLen;
+  std::function<const uint8_t*(int)> input;  // own contribution of a segment
+  std::function<uint8_t*(int)> partial;      // where an intermediate reduction lands
+  std::function<uint8_t*(int)> output;       // final reduction / all-gather destination
+};
+
+void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
+  const int n = comm.nranks(), r = comm.rank();
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const size_t es = job.elemSize;
+  size_t maxSeg = 0;
+  for (int s = 0; s < n; ++s) maxSeg = std::max(maxSeg, job.segLen(s));
+  const size_t chunkElems = std::max<size_t>(1, comm.config().chunkBytes / es);
+  const size_t C = std::max<size_t>(1, (maxSeg + chunkElems - 1) / chunkElems);
+  const size_t slotBytes = ((maxSeg + C - 1) / C) * es;
+  const size_t K = static_cast<size_t>(job.steps) * C;
+  uint8_t* slots = comm.scratch(slotBytes * kSlots, 0);
+
+  std::vector<Request> sendReq(K), recvReq(K);
+  std::vector<int> slotOf(K, -1);
+  std::vector<int> freeSlots;
+  for (int i = kSlots - 1; i >= 0; --i) freeSlots.push_back(i);
+
+  auto chunkRange = [&](int seg, size_t c, size_t* off, size_t* len) {
+    size_t L = job.segLen(seg);
+    size_t b = chunkBegin(L, C, c), e = chunkBegin(L, C, c + 1);
+    *off = b * es;
+    *len = (e - b) * es;
+  };
+  // Where the data received at step j lives (and is forwarded from at step j+1).
+  auto landing = [&](int j, int seg) -> uint8_t* {
+    if (j < job.reduceSteps - 1) return job.partial(seg);
+    return job.output(seg);
+  };
+
+  size_t sendPosted = 0, recvPosted = 0, processed = 0;
+  auto postSends = [&] {
+    while (sendPosted < K) {
+      int j = static_cast<int>(sendPosted / C);
+      size_t c = sendPosted % C;
+      if (j > 0 && processed <= (sendPosted - C)) break;  // waits for receive (j-1, c)
+      int seg = ringSendSegment(r, j, job.shift, n);
+      size_t off, len;
+      chunkRange(seg, c, &off, &len);
+      const uint8_t* src = j == 0 ? job.input(seg) : landing(j - 1, seg);
+      comm.isend(next, src + off, len, tag, &sendReq[sendPosted]);
+      ++sendPosted;
+    }
+  };
+  auto postRecvs = [&] {
+    while (recvPosted < K) {
+      int j = static_cast<int>(recvPosted / C);
+      size_t c = recvPosted % C;
+      int seg = ringRecvSegment(r, j, job.shift, n);
+      size_t off, len;
+      chunkRange(seg, c, &off, &len);
+      uint8_t* dst;
+      if (j < job.reduceSteps) {
+        if (freeSlots.empty()) break;
+        slotOf[recvPosted] = freeSlots.back();
+        freeSlots.pop_back();
+        dst = slots + static_cast<size_t>(slotOf[recvPosted]) * slotBytes;
+      } else {
+        dst = job.output(seg) + off;
+      }
+      comm.irecv(prev, dst, len, tag, &recvReq[recvPosted]);
+      ++recvPosted;
+    }
+  };
+  auto process = [&](size_t k) {
+    int j = static_cast<int>(k / C);
+    if (j >= job.reduceSteps) return;
+    int seg = ringRecvSegment(r, j, job.shift, n);
+    size_t off, len;
+    chunkRange(seg, k % C, &off, &len);
+    uint8_t* slot = slots + static_cast<size_t>(slotOf[k]) * slotBytes;
+    uint8_t* dst = landing(j, seg) + off;
+    kernels::reduce(dst, job.input(seg) + off, slot, len / es, job.dtype, job.op);
+    if (j == job.reduceSteps - 1 && job.op == chorusAvg) kernels::scaleDivide(dst, len / es, job.dtype, n);
+    freeSlots.push_back(slotOf[k]);
+  };
+
+  while (true) {
+    while (processed < recvPosted && recvReq[processed].done) process(processed++);
+    postRecvs();
+    postSends();
+    if (processed == K) break;
+    comm.waitUntil([&] { return recvReq[processed].done; }, tag);
+  }
+  comm.waitUntil([&] { return std::all_of(sendReq.begin(), sendReq.end(), [](const Request& q) { return q.done; }); },
+                 tag);
+}
+
+}  // namespace
+
+void ringAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
+  const int n = comm.nranks();
+  const size_t es = kernels::dataTypeSize(a.dtype);
+  auto in = static_cast<const uint8_t*>(a.sendbuff);
+  auto out = static_cast<uint8_t*>(a.recvbuff);
+  if (n == 1) {
+    if (in != out) std::memmove(out, in, a.count * es);
+    return;
+  }
+  RingJob job;
+  job.steps = 2 * (n - 1);
+  job.reduceSteps = n - 1;
+  job.elemSize = es;
+  job.dtype = a.dtype;
+  job.op = a.op;
+  job.segLen = [&](int s) { return segmentLength(a.count, n, s); };
+  job.input = [&](int s) { return in + segmentOffset(a.count, n, s) * es; };
+  job.output = [&](int s) { return out + segmentOffset(a.count, n, s) * es; };
+  job.partial = job.output;
+  runRing(comm, tag, job);
+}
+
+void ringReduceScatter(Comm& comm, const OpTag& tag, const CollArgs& a) {
+  const int n = comm.nranks(), r = comm.rank();
+  const size_t es = kernels::dataTypeSize(a.dtype);
+  const size_t block = a.count * es;
+  auto in = static_cast<const uint8_t*>(a.sendbuff);
+  auto out = static_cast<uint8_t*>(a.recvbuff);
+  if (n == 1) {
+    if (in != out) std::memmove(out, in, block);
+    return;
+  }
+  // Intermediate partial sums need a home of their own: the input is const and only this rank's block of the
+  // output exists. Indexed by segment for simplicity (two segments' worth are never used).
+  uint8_t* partials = comm.scratch(block * static_cast<size_t>(n), 1);
+  RingJob job;
+  job.steps = n - 1;
+  job.reduceSteps = n - 1;
+  job.shift = -1;  // so that the final reduction lands on segment r
+  job.elemSize = es;
+  job.dtype = a.dtype;
+  job.op = a.op;
+  job.segLen = [&](int) { return a.count; };
+  job.input = [&](int s) { return in + static_cast<size_t>(s) * block; };
+  job.partial = [&](int s) { return partials + static_cast<size_t>(s) * block; };
+  job.output = [&](int s) { return s == r ? out : nullptr; };
+  runRing(comm, tag, job);
+}
+
+void ringAllGather(Comm& comm, const OpTag& tag, const CollArgs& a) {
+  const int n = comm.nranks(), r = comm.rank();
+  const size_t es = kernels::dataTypeSize(a.dtype);
+  const size_t block = a.count * es;
+  auto in = static_cast<const uint8_t*>(a.sendbuff);
+  auto out = static_cast<uint8_t*>(a.recvbuff);
+  uint8_t* mine = out + static_cast<size_t>(r) * block;
+  if (in != mine) std::memmove(mine, in, block);
+  if (n == 1) return;
+  RingJob job;
+  job.steps = n - 1;
+  job.reduceSteps = 0;
+  job.elemSize = es;
+  job.dtype = a.dtype;
+  job.segLen = [&](int) { return a.count; };
+  job.input = [&](int s) { return out + static_cast<size_t>(s) * block; };
+  job.output = [&](int s) { return out + static_cast<size_t>(s) * block; };
+  job.partial = job.output;
+  runRing(comm, tag, job);
+}
+
+}  // namespace chorus::algo

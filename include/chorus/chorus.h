@@ -1,0 +1,119 @@
+/* Chorus: collective communication for CPU ranks, NCCL-shaped.
+ *
+ * Every function returns a chorusResult_t; on failure chorusGetLastError() gives a sentence that names the
+ * argument (and rank/peer) at fault. Collectives on one communicator must be called by all ranks in the same
+ * order; they execute in the order they were issued, whatever stream they were given.
+ *
+ * Streams: stream == NULL makes a call block until the operation is complete on this rank (buffers reusable on
+ * return). A stream from chorusStreamCreate makes the call validate, enqueue and return at once; the buffers
+ * must stay valid until chorusStreamSynchronize returns.
+ *
+ * Counts are in elements; count == 0 is a valid no-op; counts need not divide by nranks; any alignment.
+ */
+#ifndef CHORUS_CHORUS_H
+#define CHORUS_CHORUS_H
+
+#include <stddef.h>
+
+#if defined(_WIN32)
+#define CHORUS_API
+#else
+#define CHORUS_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHORUS_MAJOR 0
+#define CHORUS_MINOR 1
+#define CHORUS_PATCH 0
+#define CHORUS_VERSION_CODE (CHORUS_MAJOR * 10000 + CHORUS_MINOR * 100 + CHORUS_PATCH)
+
+#define CHORUS_UNIQUE_ID_BYTES 128
+typedef struct { char internal[CHORUS_UNIQUE_ID_BYTES]; } chorusUniqueId;
+typedef struct chorusComm*   chorusComm_t;
+typedef struct chorusStream* chorusStream_t;   /* NULL: the call blocks until complete */
+
+typedef enum { chorusSuccess = 0, chorusUnhandledCudaError = 1, chorusSystemError = 2, chorusInternalError = 3,
+               chorusInvalidArgument = 4, chorusInvalidUsage = 5, chorusRemoteError = 6, chorusInProgress = 7,
+               chorusTimeout = 8 } chorusResult_t;
+typedef enum { chorusInt8 = 0, chorusUint8 = 1, chorusInt32 = 2, chorusUint32 = 3, chorusInt64 = 4, chorusUint64 = 5,
+               chorusFloat16 = 6, chorusFloat32 = 7, chorusFloat64 = 8, chorusBfloat16 = 9 } chorusDataType_t;
+typedef enum { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chorusAvg = 4 } chorusRedOp_t;
+
+/* MAJOR*10000 + MINOR*100 + PATCH. Never blocks. */
+CHORUS_API chorusResult_t chorusGetVersion(int* version);
+/* Static text for a result code. Never blocks. */
+CHORUS_API const char*    chorusGetErrorString(chorusResult_t result);
+/* Last error text of comm; comm may be NULL: the last error of this thread. Never NULL ("" when none). */
+CHORUS_API const char*    chorusGetLastError(chorusComm_t comm);
+
+/* Starts a root listener in this process (on CHORUS_SOCKET_IFNAME's address) for one communicator and fills
+ * uniqueId with its address, a magic/version and a random secret. Pass the id to every rank. Never blocks. */
+CHORUS_API chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId);
+/* Collective over nranks ranks: blocks until every rank has joined and all connections are up. */
+CHORUS_API chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank);
+/* As chorusCommInitRank, with rank/size/root from the environment (chorusrun, torchrun, mpirun, srun). */
+CHORUS_API chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm);
+/* Waits for enqueued work, then closes connections and frees comm. Local: does not wait for other ranks. */
+CHORUS_API chorusResult_t chorusCommDestroy(chorusComm_t comm);
+/* Makes every pending and later call on comm fail at once (within 1 s, callable from any thread), then frees it
+ * once no call is using it. */
+CHORUS_API chorusResult_t chorusCommAbort(chorusComm_t comm);
+/* chorusSuccess, or the error that broke comm (a dead peer, a mismatch, an abort). Never blocks. */
+CHORUS_API chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError);
+CHORUS_API chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
+CHORUS_API chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
+
+/* In-place when sendbuff == recvbuff. */
+CHORUS_API chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                          chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                          chorusStream_t stream);
+/* sendbuff is read on root only; in-place when sendbuff == recvbuff. */
+CHORUS_API chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                          chorusDataType_t datatype, int root, chorusComm_t comm,
+                                          chorusStream_t stream);
+/* recvbuff is written on root only (may be NULL elsewhere); in-place when sendbuff == recvbuff. */
+CHORUS_API chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                       chorusDataType_t datatype, chorusRedOp_t op, int root, chorusComm_t comm,
+                                       chorusStream_t stream);
+/* recvbuff holds nranks*sendcount elements; in-place when sendbuff == recvbuff + rank*sendcount*elemsize. */
+CHORUS_API chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                          chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
+/* sendbuff holds nranks*recvcount elements; in-place when recvbuff == sendbuff + rank*recvcount*elemsize. */
+CHORUS_API chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                              chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                              chorusStream_t stream);
+/* count elements to each peer: block p of sendbuff goes to rank p, block p of recvbuff comes from rank p.
+ * Not in-place: the buffers must not overlap. */
+CHORUS_API chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                                         chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
+/* Point to point; must be matched by a chorusRecv of the same count and datatype on peer. Two ranks that send
+ * to each other must put their Send and Recv inside chorusGroupStart/End. */
+CHORUS_API chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,
+                                     chorusComm_t comm, chorusStream_t stream);
+CHORUS_API chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer,
+                                     chorusComm_t comm, chorusStream_t stream);
+/* Returns (or, on a stream, completes) once every rank has entered the barrier. */
+CHORUS_API chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream);
+/* Between GroupStart and GroupEnd calls are validated and recorded only; GroupEnd runs them together (Send and
+ * Recv concurrently, so exchanges never deadlock) and blocks unless every recorded call had a stream.
+ * Groups nest; only the outermost GroupEnd runs. */
+CHORUS_API chorusResult_t chorusGroupStart(void);
+CHORUS_API chorusResult_t chorusGroupEnd(void);
+
+/* A stream orders nothing by itself (ops on a comm always run in issue order); it collects completion and the
+ * first error of the work enqueued on it. */
+CHORUS_API chorusResult_t chorusStreamCreate(chorusComm_t comm, chorusStream_t* stream);
+/* Blocks until all work enqueued on stream is complete; returns the first error. */
+CHORUS_API chorusResult_t chorusStreamSynchronize(chorusStream_t stream);
+/* chorusSuccess when done, chorusInProgress otherwise (or the first error). Never blocks. */
+CHORUS_API chorusResult_t chorusStreamQuery(chorusStream_t stream);
+/* Waits for the stream's work, then frees it. */
+CHORUS_API chorusResult_t chorusStreamDestroy(chorusStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CHORUS_CHORUS_H */

@@ -1,0 +1,190 @@
+// Exported functions: collectives, point-to-point, barrier, groups. Each validates every argument on the
+// calling thread (errors name the argument, its value and the rank), then issues or records the call.
+#include <cstdint>
+#include <limits>
+
+#include "lib/api_guard.h"
+#include "lib/comm.h"
+#include "lib/group.h"
+#include "lib/kernels/reduce.h"
+#include "lib/registry.h"
+
+using namespace chorus;
+using chorus::algo::CollArgs;
+
+namespace {
+
+struct Check {
+  Comm& comm;
+  const char* fn;
+
+  template <typename... Args>
+  [[noreturn]] void bad(chorusResult_t code, fmt::format_string<Args...> f, Args&&... args) const {
+    throw Error(code, fmt::format("{} on rank {}: {}", fn, comm.rank(), fmt::format(f, std::forward<Args>(args)...)));
+  }
+  size_t dtype(chorusDataType_t dt) const {
+    if (!kernels::dataTypeValid(dt)) bad(chorusInvalidArgument, "datatype={} is not a chorusDataType_t", static_cast<int>(dt));
+    return kernels::dataTypeSize(dt);
+  }
+  void op(chorusRedOp_t o) const {
+    if (!kernels::redOpValid(o)) bad(chorusInvalidArgument, "op={} is not a chorusRedOp_t", static_cast<int>(o));
+  }
+  void rank(int r, const char* name) const {
+    if (r < 0 || r >= comm.nranks())
+      bad(chorusInvalidArgument, "{}={} is outside [0, nranks={})", name, r, comm.nranks());
+  }
+  // count * elemSize * factor, refusing overflow.
+  size_t bytes(size_t count, size_t es, size_t factor, const char* countName) const {
+    if (count != 0 && (es > std::numeric_limits<size_t>::max() / factor ||
+                       count > std::numeric_limits<size_t>::max() / (es * factor)))
+      bad(chorusInvalidArgument, "{}={} elements of {} bytes overflows the address space", countName, count, es);
+    return count * es * factor;
+  }
+  void ptr(const void* p, const char* name, size_t nbytes) const {
+    if (p == nullptr && nbytes > 0) bad(chorusInvalidArgument, "{} is NULL with {} bytes to access", name, nbytes);
+  }
+  // Buffers must be disjoint unless send begins exactly at inPlaceAt (the NCCL in-place position).
+  void overlap(const void* send, size_t sendBytes, const void* recv, size_t recvBytes, const void* inPlaceAt) const {
+    auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+    if (sendBytes == 0 || recvBytes == 0 || s + sendBytes <= r || r + recvBytes <= s) return;
+    if (inPlaceAt != nullptr && send == inPlaceAt) return;
+    bad(chorusInvalidArgument, "sendbuff {} and recvbuff {} overlap without being in place{}", send, recv,
+        inPlaceAt ? fmt::format(" (in place means sendbuff == {})", inPlaceAt) : std::string(" (not allowed here)"));
+  }
+};
+
+chorusResult_t submit(chorusComm_t commHandle, const char* fn, chorusStream_t stream,
+                      const std::function<CollArgs(const Check&)>& validate) {
+  return apiCall(commHandle, [&] {
+    CallRef ref(commHandle, "comm");
+    Check check{*ref, fn};
+    checkStream(stream, *ref);
+    CollArgs args = validate(check);
+    if (groupRecord(&*ref, args, stream)) return;
+    issue(*ref, {args}, {stream});
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                               chorusRedOp_t op, chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusAllReduce", stream, [&](const Check& c) {
+    size_t n = c.bytes(count, c.dtype(datatype), 1, "count");
+    c.op(op);
+    c.ptr(sendbuff, "sendbuff", n);
+    c.ptr(recvbuff, "recvbuff", n);
+    c.overlap(sendbuff, n, recvbuff, n, recvbuff);
+    return CollArgs{OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, false};
+  });
+}
+
+chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
+                               chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusBroadcast", stream, [&](const Check& c) {
+    size_t n = c.bytes(count, c.dtype(datatype), 1, "count");
+    c.rank(root, "root");
+    if (c.comm.rank() == root) {
+      c.ptr(sendbuff, "sendbuff (on the root)", n);
+      c.overlap(sendbuff, n, recvbuff, n, recvbuff);
+    }
+    c.ptr(recvbuff, "recvbuff", n);
+    return CollArgs{OpKind::Broadcast, sendbuff, recvbuff, count, datatype, chorusSum, root, false};
+  });
+}
+
+chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                            chorusRedOp_t op, int root, chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusReduce", stream, [&](const Check& c) {
+    size_t n = c.bytes(count, c.dtype(datatype), 1, "count");
+    c.op(op);
+    c.rank(root, "root");
+    c.ptr(sendbuff, "sendbuff", n);
+    if (c.comm.rank() == root) {
+      c.ptr(recvbuff, "recvbuff (on the root)", n);
+      c.overlap(sendbuff, n, recvbuff, n, recvbuff);
+    }
+    return CollArgs{OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root, false};
+  });
+}
+
+chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chorusDataType_t datatype,
+                               chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusAllGather", stream, [&](const Check& c) {
+    size_t es = c.dtype(datatype);
+    size_t n = c.bytes(sendcount, es, 1, "sendcount");
+    size_t total = c.bytes(sendcount, es, static_cast<size_t>(c.comm.nranks()), "sendcount");
+    c.ptr(sendbuff, "sendbuff", n);
+    c.ptr(recvbuff, "recvbuff", total);
+    c.overlap(sendbuff, n, recvbuff, total, static_cast<const char*>(recvbuff) + static_cast<size_t>(c.comm.rank()) * n);
+    return CollArgs{OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype, chorusSum, -1, false};
+  });
+}
+
+chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, chorusDataType_t datatype,
+                                   chorusRedOp_t op, chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusReduceScatter", stream, [&](const Check& c) {
+    size_t es = c.dtype(datatype);
+    size_t n = c.bytes(recvcount, es, 1, "recvcount");
+    size_t total = c.bytes(recvcount, es, static_cast<size_t>(c.comm.nranks()), "recvcount");
+    c.op(op);
+    c.ptr(sendbuff, "sendbuff", total);
+    c.ptr(recvbuff, "recvbuff", n);
+    // In place means recvbuff == sendbuff + rank*recvcount; express it as "send starts where it must".
+    const char* inPlaceSend = static_cast<const char*>(recvbuff) - static_cast<size_t>(c.comm.rank()) * n;
+    c.overlap(sendbuff, total, recvbuff, n, inPlaceSend);
+    return CollArgs{OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, -1, false};
+  });
+}
+
+chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                              chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusAllToAll", stream, [&](const Check& c) {
+    size_t total = c.bytes(count, c.dtype(datatype), static_cast<size_t>(c.comm.nranks()), "count");
+    c.ptr(sendbuff, "sendbuff", total);
+    c.ptr(recvbuff, "recvbuff", total);
+    c.overlap(sendbuff, total, recvbuff, total, nullptr);
+    return CollArgs{OpKind::AllToAll, sendbuff, recvbuff, count, datatype, chorusSum, -1, false};
+  });
+}
+
+chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
+                          chorusStream_t stream) {
+  return submit(comm, "chorusSend", stream, [&](const Check& c) {
+    size_t n = c.bytes(count, c.dtype(datatype), 1, "count");
+    c.rank(peer, "peer");
+    if (peer == c.comm.rank()) c.bad(chorusInvalidArgument, "peer={} is this rank itself; send to another rank", peer);
+    c.ptr(sendbuff, "sendbuff", n);
+    return CollArgs{OpKind::Send, sendbuff, nullptr, count, datatype, chorusSum, peer, false};
+  });
+}
+
+chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
+                          chorusStream_t stream) {
+  return submit(comm, "chorusRecv", stream, [&](const Check& c) {
+    size_t n = c.bytes(count, c.dtype(datatype), 1, "count");
+    c.rank(peer, "peer");
+    if (peer == c.comm.rank())
+      c.bad(chorusInvalidArgument, "peer={} is this rank itself; receive from another rank", peer);
+    c.ptr(recvbuff, "recvbuff", n);
+    return CollArgs{OpKind::Send, nullptr, recvbuff, count, datatype, chorusSum, peer, true};
+  });
+}
+
+chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusBarrier", stream, [&](const Check&) {
+    return CollArgs{OpKind::Barrier, nullptr, nullptr, 0, chorusUint8, chorusSum, -1, false};
+  });
+}
+
+chorusResult_t chorusGroupStart(void) {
+  return apiCall(nullptr, [] { groupStart(); });
+}
+
+chorusResult_t chorusGroupEnd(void) {
+  return apiCall(nullptr, [] { groupEnd(); });
+}
+
+}  // extern "C"

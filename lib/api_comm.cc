@@ -1,0 +1,216 @@
+// Exported functions: version, errors, communicator life cycle.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "lib/api_guard.h"
+#include "lib/bootstrap.h"
+#include "lib/comm.h"
+#include "lib/group.h"
+#include "lib/registry.h"
+
+using namespace chorus;
+
+namespace chorus {
+void recordError(chorusComm_t comm, const char* text) {
+  setThreadLastError(text);
+  if (comm != nullptr && commAlive(comm)) comm->setLastError(text);
+  CHORUS_INFO(kInit, "call failed: {}", text);
+}
+}  // namespace chorus
+
+namespace {
+
+chorusComm_t createComm(int nranks, int rank, const UniqueIdData& root, const Config& config) {
+  auto* c = new chorusComm(nranks, rank, root, config);
+  registerComm(c);
+  return c;
+}
+
+// First set variable of a launcher's convention, or "" (with its name in *which).
+std::string firstEnv(std::initializer_list<const char*> names, std::string* which) {
+  for (const char* n : names) {
+    const char* v = std::getenv(n);
+    if (v != nullptr && *v != '\0') {
+      *which = n;
+      return v;
+    }
+  }
+  return "";
+}
+
+int parseEnvInt(const std::string& name, const std::string& value) {
+  char* end = nullptr;
+  long v = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || v < 0 || v > (1 << 24))
+    fail(chorusInvalidArgument, "environment variable {}='{}' is not a valid non-negative integer", name, value);
+  return static_cast<int>(v);
+}
+
+void checkNotInGroup(const char* fn) {
+  if (groupDepth() > 0) fail(chorusInvalidUsage, "{} cannot be called between chorusGroupStart and chorusGroupEnd", fn);
+}
+
+}  // namespace
+
+extern "C" {
+
+chorusResult_t chorusGetVersion(int* version) {
+  return apiCall(nullptr, [&] {
+    if (version == nullptr) fail(chorusInvalidArgument, "version is NULL");
+    *version = CHORUS_VERSION_CODE;
+  });
+}
+
+const char* chorusGetErrorString(chorusResult_t r) {
+  switch (r) {
+    case chorusSuccess: return "no error";
+    case chorusUnhandledCudaError: return "unhandled CUDA error";
+    case chorusSystemError: return "system error (a system call or allocation failed)";
+    case chorusInternalError: return "internal error (a bug in Chorus)";
+    case chorusInvalidArgument: return "invalid argument";
+    case chorusInvalidUsage: return "invalid usage (call order, mismatched calls across ranks, or a dead handle)";
+    case chorusRemoteError: return "remote error (a peer died, disconnected or failed)";
+    case chorusInProgress: return "operation in progress";
+    case chorusTimeout: return "timeout";
+  }
+  return "unknown result code";
+}
+
+const char* chorusGetLastError(chorusComm_t comm) {
+  if (comm != nullptr && commAlive(comm)) return comm->lastError();
+  return threadLastError();
+}
+
+chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId) {
+  return apiCall(nullptr, [&] {
+    if (uniqueId == nullptr) fail(chorusInvalidArgument, "uniqueId is NULL");
+    Config config = Config::fromEnv();
+    SockAddr addr = findInterfaceAddress(config.socketIfname, nullptr);
+    addr.setPort(0);
+    UniqueIdData d;
+    Fd listener = listenOn(addr, &d.root);
+    d.secret = randomU64();
+    startRoot(std::move(listener), d.secret, config.initTimeoutSec);
+    encodeUniqueId(d, uniqueId);
+  });
+}
+
+chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank) {
+  return apiCall(nullptr, [&] {
+    if (comm == nullptr) fail(chorusInvalidArgument, "comm (the output pointer) is NULL");
+    *comm = nullptr;
+    checkNotInGroup("chorusCommInitRank");
+    if (nranks < 1) fail(chorusInvalidArgument, "nranks={} must be at least 1", nranks);
+    if (rank < 0 || rank >= nranks) fail(chorusInvalidArgument, "rank={} is outside [0, nranks={})", rank, nranks);
+    UniqueIdData root = decodeUniqueId(commId);
+    *comm = createComm(nranks, rank, root, Config::fromEnv());
+  });
+}
+
+chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm) {
+  return apiCall(nullptr, [&] {
+    if (comm == nullptr) fail(chorusInvalidArgument, "comm (the output pointer) is NULL");
+    *comm = nullptr;
+    checkNotInGroup("chorusCommInitFromEnv");
+    Config config = Config::fromEnv();
+    std::string rankVar, sizeVar;
+    std::string rankText = firstEnv({"CHORUS_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, &rankVar);
+    std::string sizeText =
+        firstEnv({"CHORUS_NRANKS", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, &sizeVar);
+    if (rankText.empty() || sizeText.empty())
+      fail(chorusInvalidUsage,
+           "chorusCommInitFromEnv found no {} in the environment: launch with chorusrun, torchrun, mpirun or srun, "
+           "or set CHORUS_RANK and CHORUS_NRANKS", rankText.empty() ? "rank" : "world size");
+    int rank = parseEnvInt(rankVar, rankText), nranks = parseEnvInt(sizeVar, sizeText);
+    if (nranks < 1) fail(chorusInvalidArgument, "{}={} must be at least 1", sizeVar, nranks);
+    if (rank >= nranks) fail(chorusInvalidArgument, "{}={} is outside [0, {}={})", rankVar, rank, sizeVar, nranks);
+    std::string rootText = envValue("CHORUS_ROOT");
+    if (rootText.empty()) {
+      const char* a = std::getenv("MASTER_ADDR");
+      const char* p = std::getenv("MASTER_PORT");
+      if (a == nullptr || p == nullptr)
+        fail(chorusInvalidUsage, "chorusCommInitFromEnv needs the root address: set CHORUS_ROOT=host:port, or "
+                                 "MASTER_ADDR and MASTER_PORT");
+      rootText = std::string(a) + ":" + p;
+    }
+    UniqueIdData root;
+    root.root = SockAddr::parse(rootText);
+    std::string secretText = envValue("CHORUS_SECRET");
+    if (!secretText.empty()) {
+      char* end = nullptr;
+      root.secret = std::strtoull(secretText.c_str(), &end, 16);
+      if (*end != '\0') fail(chorusInvalidArgument, "CHORUS_SECRET='{}' is not a hexadecimal number", secretText);
+    } else {
+      CHORUS_INFO(kInit, "CHORUS_SECRET is not set: connections are checked against the default secret only");
+    }
+    if (rank == 0) {
+      SockAddr bindAddr = root.root;
+      Fd listener;
+      try {
+        listener = listenOn(bindAddr, nullptr);
+      } catch (const Error&) {  // the name may resolve to an address of another interface: listen on all
+        SockAddr any;
+        any.ss.ss_family = root.root.ss.ss_family;
+        any.len = root.root.len;
+        any.setPort(root.root.port());
+        listener = listenOn(any, nullptr);
+      }
+      startRoot(std::move(listener), root.secret, config.initTimeoutSec);
+    }
+    *comm = createComm(nranks, rank, root, config);
+  });
+}
+
+chorusResult_t chorusCommDestroy(chorusComm_t comm) {
+  return apiCall(nullptr, [&] {
+    if (comm == nullptr) fail(chorusInvalidArgument, "comm is NULL");
+    checkNotInGroup("chorusCommDestroy");
+    if (!commAlive(comm))
+      fail(chorusInvalidUsage, "comm ({}) is not a live communicator: it was already destroyed or aborted",
+           static_cast<void*>(comm));
+    retireComm(comm);
+    comm->shutdown();
+    delete comm;
+  });
+}
+
+chorusResult_t chorusCommAbort(chorusComm_t comm) {
+  return apiCall(nullptr, [&] {
+    if (comm == nullptr) fail(chorusInvalidArgument, "comm is NULL");
+    if (!commAlive(comm))
+      fail(chorusInvalidUsage, "comm ({}) is not a live communicator: it was already destroyed or aborted",
+           static_cast<void*>(comm));
+    comm->abort();
+    retireComm(comm);
+    comm->shutdown();
+    delete comm;
+  });
+}
+
+chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError) {
+  return apiCall(comm, [&] {
+    CallRef c(comm, "comm");
+    if (asyncError == nullptr) fail(chorusInvalidArgument, "asyncError is NULL");
+    *asyncError = c->asyncError();
+  });
+}
+
+chorusResult_t chorusCommCount(const chorusComm_t comm, int* count) {
+  return apiCall(comm, [&] {
+    CallRef c(comm, "comm");
+    if (count == nullptr) fail(chorusInvalidArgument, "count is NULL");
+    *count = c->nranks();
+  });
+}
+
+chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank) {
+  return apiCall(comm, [&] {
+    CallRef c(comm, "comm");
+    if (rank == nullptr) fail(chorusInvalidArgument, "rank is NULL");
+    *rank = c->rank();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,59 @@
+// Exported functions: streams.
+#include "lib/api_guard.h"
+#include "lib/comm.h"
+#include "lib/registry.h"
+#include "lib/stream.h"
+
+using namespace chorus;
+
+namespace {
+void checkLive(chorusStream_t s) {
+  if (s == nullptr) fail(chorusInvalidArgument, "stream is NULL");
+  if (!streamAlive(s))
+    fail(chorusInvalidUsage, "stream ({}) is not a live stream: it was destroyed or never created",
+         static_cast<void*>(s));
+}
+}  // namespace
+
+extern "C" {
+
+chorusResult_t chorusStreamCreate(chorusComm_t comm, chorusStream_t* stream) {
+  return apiCall(comm, [&] {
+    CallRef ref(comm, "comm");
+    if (stream == nullptr) fail(chorusInvalidArgument, "stream (the output pointer) is NULL");
+    *stream = new chorusStream(&*ref);
+    registerStream(*stream);
+  });
+}
+
+chorusResult_t chorusStreamSynchronize(chorusStream_t stream) {
+  return apiCall(nullptr, [&] {
+    checkLive(stream);
+    std::string msg;
+    chorusResult_t rc = stream->waitAll(&msg);
+    if (rc != chorusSuccess) throw Error(rc, msg);
+  });
+}
+
+chorusResult_t chorusStreamQuery(chorusStream_t stream) {
+  chorusResult_t rc = chorusSuccess;
+  chorusResult_t api = apiCall(nullptr, [&] {
+    checkLive(stream);
+    std::string msg;
+    rc = stream->query(&msg);
+    if (rc != chorusSuccess && rc != chorusInProgress) throw Error(rc, msg);
+  });
+  return api != chorusSuccess ? api : rc;
+}
+
+chorusResult_t chorusStreamDestroy(chorusStream_t stream) {
+  return apiCall(nullptr, [&] {
+    checkLive(stream);
+    unregisterStream(stream);
+    std::string msg;
+    stream->waitAll(&msg);
+    delete stream;
+  });
+}
+
+}  // extern "C"

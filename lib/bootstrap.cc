@@ -1,0 +1,285 @@
+#include "lib/bootstrap.h"
+
+#include <poll.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "lib/error.h"
+#include "lib/log.h"
+
+namespace chorus {
+
+namespace {
+
+constexpr uint32_t kIdMagic = 0x43484944;  // "CHID"
+constexpr uint32_t kBootMagic = 0x43484253;  // "CHBS"
+constexpr uint32_t kBootVersion = 1;
+constexpr size_t kMaxInfoFrame = 4096;
+constexpr size_t kMaxTableFrame = 64u << 20;
+constexpr double kHandshakeSeconds = 5.0;
+
+// Bounds-checked little serializer for bootstrap frames.
+class Writer {
+ public:
+  template <typename T> void put(T v) { append(&v, sizeof v); }
+  void putBytes(const void* p, size_t n) { put<uint32_t>(static_cast<uint32_t>(n)); append(p, n); }
+  void putString(const std::string& s) { putBytes(s.data(), s.size()); }
+  std::vector<uint8_t> take() { return std::move(buf_); }
+
+ private:
+  void append(const void* p, size_t n) {
+    auto b = static_cast<const uint8_t*>(p);
+    buf_.insert(buf_.end(), b, b + n);
+  }
+  std::vector<uint8_t> buf_;
+};
+
+class Reader {
+ public:
+  Reader(const std::vector<uint8_t>& b, std::string who) : b_(b), who_(std::move(who)) {}
+  template <typename T> T get() {
+    T v;
+    need(sizeof v);
+    std::memcpy(&v, b_.data() + pos_, sizeof v);
+    pos_ += sizeof v;
+    return v;
+  }
+  std::vector<uint8_t> getBytes(size_t max) {
+    uint32_t n = get<uint32_t>();
+    if (n > max) fail(chorusRemoteError, "malformed bootstrap frame from {}: field of {} bytes", who_, n);
+    need(n);
+    std::vector<uint8_t> v(b_.begin() + static_cast<long>(pos_), b_.begin() + static_cast<long>(pos_ + n));
+    pos_ += n;
+    return v;
+  }
+  std::string getString(size_t max) {
+    auto v = getBytes(max);
+    return std::string(v.begin(), v.end());
+  }
+
+ private:
+  void need(size_t n) const {
+    if (pos_ + n > b_.size()) fail(chorusRemoteError, "malformed bootstrap frame from {}: truncated", who_);
+  }
+  const std::vector<uint8_t>& b_;
+  std::string who_;
+  size_t pos_ = 0;
+};
+
+void putInfo(Writer& w, const RankInfo& r) {
+  w.put<int32_t>(r.rank);
+  w.put<int32_t>(r.nranks);
+  w.put<int32_t>(r.pid);
+  w.putString(r.host);
+  w.putString(r.hostId);
+  w.putBytes(r.address.data(), r.address.size());
+}
+
+RankInfo getInfo(Reader& rd) {
+  RankInfo r;
+  r.rank = rd.get<int32_t>();
+  r.nranks = rd.get<int32_t>();
+  r.pid = rd.get<int32_t>();
+  r.host = rd.getString(256);
+  r.hostId = rd.getString(512);
+  r.address = rd.getBytes(256);
+  return r;
+}
+
+struct Joiner {
+  Fd fd;
+  SockAddr from;
+  Deadline deadline;
+  std::vector<uint8_t> buf;  // partial frame: 4-byte length then payload
+  RankInfo info;
+  bool joined = false;
+};
+
+// Reads what is available of j's one frame; "" when complete, "wait" for more, else why to drop it.
+std::string readJoin(Joiner& j, uint64_t secret) {
+  if (Clock::now() > j.deadline) return "it stayed silent past the handshake deadline";
+  uint8_t tmp[4096];
+  size_t want = j.buf.size() < 4 ? 4 - j.buf.size() : 0;
+  if (j.buf.size() >= 4) {
+    uint32_t len;
+    std::memcpy(&len, j.buf.data(), 4);
+    if (len > kMaxInfoFrame) return fmt::format("it announced a {}-byte frame (limit {})", len, kMaxInfoFrame);
+    want = 4 + len - j.buf.size();
+  }
+  if (want == 0) return "";
+  ssize_t r = ::recv(j.fd.get(), tmp, std::min(want, sizeof tmp), MSG_DONTWAIT);
+  if (r == 0) return "it closed the connection";
+  if (r < 0) return (errno == EAGAIN || errno == EINTR) ? "wait" : std::strerror(errno);
+  j.buf.insert(j.buf.end(), tmp, tmp + r);
+  if (j.buf.size() < 4) return "wait";
+  uint32_t len;
+  std::memcpy(&len, j.buf.data(), 4);
+  if (len > kMaxInfoFrame) return fmt::format("it announced a {}-byte frame (limit {})", len, kMaxInfoFrame);
+  if (j.buf.size() < 4 + len) return "wait";
+  std::vector<uint8_t> payload(j.buf.begin() + 4, j.buf.end());
+  try {
+    Reader rd(payload, j.from.str());
+    if (rd.get<uint32_t>() != kBootMagic) return "bad magic (not a Chorus rank)";
+    uint32_t version = rd.get<uint32_t>();
+    if (version != kBootVersion) return fmt::format("bootstrap version {} (root speaks {})", version, kBootVersion);
+    if (rd.get<uint64_t>() != secret) return "wrong secret";
+    j.info = getInfo(rd);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void rootMain(Fd listener, uint64_t secret, double timeoutSec) {
+  Deadline deadline = deadlineIn(timeoutSec);
+  std::vector<Joiner> conns;
+  std::map<int, size_t> byRank;
+  int nranks = -1;
+  std::string failure;
+  setNonBlocking(listener.get());
+  while (Clock::now() < deadline && failure.empty() && (nranks < 0 || static_cast<int>(byRank.size()) < nranks)) {
+    std::vector<pollfd> pfds{{listener.get(), POLLIN, 0}};
+    for (auto& c : conns) pfds.push_back({c.fd.get(), static_cast<short>(c.joined ? 0 : POLLIN), 0});
+    ::poll(pfds.data(), pfds.size(), 100);
+    while (true) {
+      SockAddr from;
+      from.len = sizeof from.ss;
+      int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from.ss), &from.len, SOCK_CLOEXEC);
+      if (fd < 0) break;
+      conns.push_back(Joiner{Fd(fd), from, deadlineIn(kHandshakeSeconds), {}, {}, false});
+    }
+    for (size_t i = 0; i < conns.size();) {
+      Joiner& j = conns[i];
+      if (j.joined) { ++i; continue; }
+      std::string problem = readJoin(j, secret);
+      if (problem == "wait") { ++i; continue; }
+      if (problem.empty()) {
+        const RankInfo& r = j.info;
+        if (nranks < 0) nranks = r.nranks;
+        if (r.nranks != nranks)
+          failure = fmt::format("rank {} was created with nranks={} but another rank with nranks={}", r.rank,
+                                r.nranks, nranks);
+        else if (r.rank < 0 || r.rank >= nranks)
+          failure = fmt::format("a rank joined with rank={}, outside [0, {})", r.rank, nranks);
+        else if (byRank.count(r.rank))
+          failure = fmt::format("rank {} joined twice (pids {} and {}): every rank needs a distinct rank number",
+                                r.rank, conns[byRank[r.rank]].info.pid, r.pid);
+        else {
+          j.joined = true;
+          byRank[r.rank] = i;
+          CHORUS_DEBUG(kBootstrap, "root: rank {} of {} joined from {}", r.rank, nranks, j.from.str());
+        }
+        if (failure.empty()) { ++i; continue; }
+      }
+      if (!failure.empty()) break;
+      CHORUS_WARN(kBootstrap, "bootstrap root dropped a connection from {}: {}", j.from.str(), problem);
+      conns.erase(conns.begin() + static_cast<long>(i));
+      byRank.clear();
+      for (size_t k = 0; k < conns.size(); ++k)
+        if (conns[k].joined) byRank[conns[k].info.rank] = k;
+    }
+  }
+  if (failure.empty() && (nranks < 0 || static_cast<int>(byRank.size()) < nranks))
+    failure = fmt::format("only {} of {} ranks joined within {} s", byRank.size(), nranks, timeoutSec);
+  Writer w;
+  if (failure.empty()) {
+    w.put<uint32_t>(0);
+    w.put<uint64_t>(randomU64());
+    w.put<int32_t>(nranks);
+    for (int r = 0; r < nranks; ++r) putInfo(w, conns[byRank[r]].info);
+  } else {
+    CHORUS_WARN(kBootstrap, "bootstrap root failed: {}", failure);
+    w.put<uint32_t>(1);
+    w.putString(failure);
+  }
+  std::vector<uint8_t> table = w.take();
+  for (auto& c : conns) {
+    if (!c.joined) continue;
+    try {
+      sendFrame(c.fd.get(), table, deadlineIn(10.0), fmt::format("rank {}", c.info.rank));
+    } catch (const Error& e) {
+      CHORUS_WARN(kBootstrap, "bootstrap root could not answer rank {}: {}", c.info.rank, e.what());
+    }
+  }
+}
+
+}  // namespace
+
+uint64_t randomU64() {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != sizeof v) failErrno("getrandom");
+  return v;
+}
+
+std::string hostIdentity(const std::string& overrideId) {
+  if (!overrideId.empty()) return overrideId;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  std::getline(f, boot);
+  return std::string(host) + ":" + boot;
+}
+
+void encodeUniqueId(const UniqueIdData& d, chorusUniqueId* id) {
+  std::memset(id, 0, sizeof *id);
+  Writer w;
+  w.put<uint32_t>(kIdMagic);
+  w.put<uint32_t>(kBootVersion);
+  w.put<uint64_t>(d.secret);
+  w.put<uint32_t>(d.root.len);
+  std::vector<uint8_t> bytes = w.take();
+  std::memcpy(id->internal, bytes.data(), bytes.size());
+  static_assert(sizeof(sockaddr_in6) + 20 <= CHORUS_UNIQUE_ID_BYTES);
+  std::memcpy(id->internal + bytes.size(), &d.root.ss, d.root.len);
+}
+
+UniqueIdData decodeUniqueId(const chorusUniqueId& id) {
+  uint32_t magic, version, len;
+  UniqueIdData d;
+  std::memcpy(&magic, id.internal, 4);
+  std::memcpy(&version, id.internal + 4, 4);
+  std::memcpy(&d.secret, id.internal + 8, 8);
+  std::memcpy(&len, id.internal + 16, 4);
+  if (magic != kIdMagic)
+    fail(chorusInvalidArgument, "commId is not a Chorus unique id (bad magic): pass the id from chorusGetUniqueId");
+  if (version != kBootVersion)
+    fail(chorusInvalidArgument, "commId has version {}, this library speaks {}", version, kBootVersion);
+  if (len != sizeof(sockaddr_in) && len != sizeof(sockaddr_in6))
+    fail(chorusInvalidArgument, "commId holds a malformed root address (length {})", len);
+  std::memcpy(&d.root.ss, id.internal + 20, len);
+  d.root.len = len;
+  return d;
+}
+
+void startRoot(Fd listener, uint64_t secret, double timeoutSec) {
+  std::thread(rootMain, std::move(listener), secret, timeoutSec).detach();
+}
+
+BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine, Deadline deadline) {
+  std::string who = "the bootstrap root at " + root.root.str();
+  Fd fd = connectTo(root.root, deadline);
+  Writer w;
+  w.put<uint32_t>(kBootMagic);
+  w.put<uint32_t>(kBootVersion);
+  w.put<uint64_t>(root.secret);
+  putInfo(w, mine);
+  sendFrame(fd.get(), w.take(), deadline, who);
+  std::vector<uint8_t> frame = recvFrame(fd.get(), kMaxTableFrame, deadline, who);
+  Reader rd(frame, who);
+  if (rd.get<uint32_t>() != 0)
+    fail(chorusInvalidUsage, "communicator creation failed at the bootstrap root: {}", rd.getString(4096));
+  BootstrapResult res;
+  res.commId = rd.get<uint64_t>();
+  int n = rd.get<int32_t>();
+  if (n != mine.nranks) fail(chorusInternalError, "bootstrap root answered with {} ranks, expected {}", n, mine.nranks);
+  for (int r = 0; r < n; ++r) res.ranks.push_back(getInfo(rd));
+  return res;
+}
+
+}  // namespace chorus

@@ -1,0 +1,46 @@
+// Bootstrap: how ranks find each other. A root listener (started by chorusGetUniqueId, or by rank 0 of
+// chorusCommInitFromEnv at CHORUS_ROOT) collects one RankInfo per rank and sends everyone the full table plus
+// a fresh communicator id. Every connection opens with magic, version and the secret; frames are length-
+// bounded before allocation; a connection that fails any check, or stays silent, is closed and logged and
+// never disturbs the communicator being built.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "lib/socket.h"
+
+namespace chorus {
+
+struct RankInfo {
+  int rank = -1;
+  int nranks = 0;
+  int pid = 0;
+  std::string host;
+  std::string hostId;
+  std::vector<uint8_t> address;  // the transport's opaque listen address
+};
+
+struct UniqueIdData {
+  uint64_t secret = 0;
+  SockAddr root;
+};
+
+void encodeUniqueId(const UniqueIdData& data, chorusUniqueId* id);
+UniqueIdData decodeUniqueId(const chorusUniqueId& id);  // throws chorusInvalidArgument when not a Chorus id
+
+// Starts the root on a thread of its own; it serves one communicator, then exits (also after `timeoutSec`).
+void startRoot(Fd listener, uint64_t secret, double timeoutSec);
+
+struct BootstrapResult {
+  uint64_t commId = 0;
+  std::vector<RankInfo> ranks;  // indexed by rank
+};
+BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine, Deadline deadline);
+
+uint64_t randomU64();
+std::string hostIdentity(const std::string& overrideId);  // hostname + boot id unless overridden
+
+}  // namespace chorus

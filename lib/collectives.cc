@@ -1,0 +1,65 @@
+#include "lib/collectives.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "lib/log.h"
+
+namespace chorus {
+
+TaggedCall tagCall(Comm& comm, const algo::CollArgs& a) {
+  TaggedCall t{a, {}};
+  t.tag.kind = a.kind;
+  t.tag.count = a.count;
+  t.tag.dtype = static_cast<uint8_t>(a.dtype);
+  t.tag.redop = static_cast<uint8_t>(a.op);
+  t.tag.root = a.root;
+  if (a.kind == OpKind::Send) {
+    t.tag.seq = a.isRecv ? comm.nextRecvSeq(a.root) : comm.nextSendSeq(a.root);
+    t.tag.root = -1;  // the peer differs between the two sides
+    t.tag.redop = 0;
+  } else {
+    t.tag.seq = comm.nextCollSeq();
+  }
+  if (a.kind == OpKind::AllGather || a.kind == OpKind::AllToAll || a.kind == OpKind::Broadcast ||
+      a.kind == OpKind::Barrier)
+    t.tag.redop = 0;
+  return t;
+}
+
+namespace {
+void runOne(Comm& comm, const TaggedCall& c) {
+  const algo::CollArgs& a = c.args;
+  CHORUS_DEBUG(kColl, "{} {} sendbuff {} recvbuff {}", comm.name(), transport::describe(c.tag), a.sendbuff,
+               a.recvbuff);
+  switch (a.kind) {
+    case OpKind::AllReduce: return algo::ringAllReduce(comm, c.tag, a);
+    case OpKind::ReduceScatter: return algo::ringReduceScatter(comm, c.tag, a);
+    case OpKind::AllGather: return algo::ringAllGather(comm, c.tag, a);
+    case OpKind::Broadcast: return algo::chainBroadcast(comm, c.tag, a);
+    case OpKind::Reduce: return algo::chainReduce(comm, c.tag, a);
+    case OpKind::AllToAll: return algo::directAllToAll(comm, c.tag, a);
+    case OpKind::Barrier: return algo::disseminationBarrier(comm, c.tag);
+    case OpKind::Send:
+    case OpKind::None: break;
+  }
+}
+}  // namespace
+
+void runCalls(Comm& comm, const std::vector<TaggedCall>& calls) {
+  std::deque<Request> p2p;
+  for (const TaggedCall& c : calls) {
+    if (c.args.kind == OpKind::Send) {
+      p2p.emplace_back();
+      algo::postPointToPoint(comm, c.tag, c.args, &p2p.back());
+    } else {
+      runOne(comm, c);
+    }
+  }
+  if (p2p.empty()) return;
+  OpTag waitTag = calls.back().tag;
+  comm.waitUntil([&] { return std::all_of(p2p.begin(), p2p.end(), [](const Request& r) { return r.done; }); },
+                 waitTag);
+}
+
+}  // namespace chorus

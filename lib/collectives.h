@@ -1,0 +1,20 @@
+// Chooses and runs the algorithm for one recorded call (the executing thread's entry into algorithms/).
+#pragma once
+
+#include <vector>
+
+#include "algorithms/collective.h"
+
+namespace chorus {
+
+struct TaggedCall {
+  algo::CollArgs args;
+  OpTag tag;
+};
+
+// Takes the call's sequence number now, in issue order (Note [Issue order]).
+TaggedCall tagCall(Comm& comm, const algo::CollArgs& args);
+// Runs the calls together: Send/Recv are all posted, collectives run in order, then everything is awaited.
+void runCalls(Comm& comm, const std::vector<TaggedCall>& calls);
+
+}  // namespace chorus

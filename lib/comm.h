@@ -1,0 +1,99 @@
+// The communicator: who the ranks are, how to reach each peer, and the one thread at a time that drives its
+// operations (lib/executor.h). Algorithms talk to peers only through isend/irecv/waitUntil below, which route
+// each peer to its transport.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "lib/env.h"
+#include "lib/error.h"
+#include "lib/executor.h"
+#include "lib/socket.h"
+#include "transports/transport.h"
+
+namespace chorus {
+
+using transport::OpKind;
+using transport::OpTag;
+using transport::Request;
+
+class Comm {
+ public:
+  // Collective: bootstraps with the root, then connects to every peer. Throws chorus::Error.
+  Comm(int nranks, int rank, const struct UniqueIdData& root, const Config& config);
+  virtual ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const { return setup_.rank; }
+  int nranks() const { return setup_.nranks; }
+  const Config& config() const { return config_; }
+  const transport::PeerInfo& peer(int r) const { return setup_.peers[r]; }
+  std::string name() const { return peer(rank()).name(); }
+  Executor& executor() { return *executor_; }
+
+  // ---- for algorithms (executing thread only) ----
+  void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req);
+  void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req);
+  // Drives the transports until done() is true: spins CHORUS_SPIN_US, then sleeps in poll. Throws on abort,
+  // on a transport error, and after CHORUS_TIMEOUT seconds without progress (naming `waitingOn`).
+  void waitUntil(const std::function<bool()>& done, const OpTag& tag);
+  void wait(Request& r, const OpTag& tag) { waitUntil([&] { return r.done; }, tag); }
+  // Scratch memory reused across operations; `slot` selects independent buffers.
+  uint8_t* scratch(size_t bytes, int slot = 0);
+  uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
+
+  // ---- sequence numbers, taken at enqueue time so tags follow issue order ----
+  uint64_t nextCollSeq() { return collSeq_++; }
+  uint64_t nextSendSeq(int peer) { return sendSeq_[peer]++; }
+  uint64_t nextRecvSeq(int peer) { return recvSeq_[peer]++; }
+
+  // ---- failure state ----
+  // Marks the communicator broken (first failure wins), tells the peers, and returns the error to rethrow.
+  Error markFailed(const Error& e);
+  // Throws the recorded failure, if any.
+  void throwIfFailed() const;
+  bool failed() const { return failed_.load(); }
+  chorusResult_t asyncError() const;
+  // Makes every pending and later operation fail promptly; callable from any thread.
+  void abort();
+  // Waits for queued work, says goodbye to the peers and closes connections.
+  void shutdown();
+
+  void setLastError(const std::string& text);
+  const char* lastError();
+
+ private:
+  void connectPeers(const std::vector<std::vector<uint8_t>>& addresses, Deadline deadline);
+
+  Config config_;
+  transport::Setup setup_;
+  std::unique_ptr<transport::Transport> tcp_;
+  std::vector<transport::Transport*> route_;  // per peer
+  std::unique_ptr<Executor> executor_;
+  Fd abortFd_;  // eventfd: wakes a sleeping waiter on abort
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mu_;  // guards failure_ and lastError_
+  chorusResult_t failCode_ = chorusSuccess;
+  std::string failure_;
+  std::string lastError_;
+  std::string lastErrorOut_;
+  uint64_t collSeq_ = 0;
+  std::vector<uint64_t> sendSeq_, recvSeq_;
+  std::vector<std::vector<uint8_t>> scratch_;
+  std::atomic<uint64_t> bytesSent_{0};
+};
+
+}  // namespace chorus
+
+// The C handle is the communicator itself.
+struct chorusComm final : public chorus::Comm {
+  using chorus::Comm::Comm;
+};

@@ -1,0 +1,104 @@
+#include "lib/env.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+
+#include "lib/error.h"
+
+namespace chorus {
+
+namespace {
+
+constexpr EnvSpec kEnvTable[] = {
+    {"CHORUS_DEBUG", "enum", "WARN", "log level: WARN, INFO, DEBUG or TRACE"},
+    {"CHORUS_DEBUG_SUBSYS", "string", "ALL",
+     "comma list of INIT,BOOTSTRAP,NET,COLL,ENV,P2P,ALL; a leading ^ logs all but those"},
+    {"CHORUS_DEBUG_FILE", "string", "", "log to this file instead of stderr; %h = host, %p = pid"},
+    {"CHORUS_ALGO", "enum", "AUTO", "collective algorithm: RING or AUTO (tree arrives later)"},
+    {"CHORUS_NSOCKS", "int", "2", "TCP connections per peer; large messages are split across them (1..16)"},
+    {"CHORUS_CHUNK_BYTES", "bytes", "512K", "pipeline chunk of the ring and chain algorithms (4K..64M)"},
+    {"CHORUS_SPIN_US", "int", "50", "microseconds a waiting rank polls before it sleeps in epoll (0..100000)"},
+    {"CHORUS_TIMEOUT", "int", "600", "seconds an operation may make no progress before chorusTimeout (1..)"},
+    {"CHORUS_INIT_TIMEOUT", "int", "120", "seconds communicator creation may take before chorusTimeout (1..)"},
+    {"CHORUS_SOCKET_IFNAME", "string", "",
+     "interfaces to use: prefix list, ^ excludes, = exact (NCCL_SOCKET_IFNAME syntax); default first up non-lo"},
+    {"CHORUS_HOSTID", "string", "", "overrides the host identity (hostname + boot id) used to group ranks"},
+    {"CHORUS_ROOT", "string", "", "host:port of rank 0's bootstrap listener (chorusCommInitFromEnv)"},
+    {"CHORUS_SECRET", "string", "", "64-bit hex secret every connection must present (chorusCommInitFromEnv)"},
+    {"CHORUS_RANK", "int", "", "this process's rank (else RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)"},
+    {"CHORUS_NRANKS", "int", "",
+     "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS)"},
+    {"CHORUS_LOCAL_RANK", "int", "", "rank within this host, set by chorusrun (informational)"},
+};
+
+[[noreturn]] void badValue(const char* name, const std::string& value, const char* accepted) {
+  fail(chorusInvalidArgument, "environment variable {}='{}' is invalid: expected {}", name, value, accepted);
+}
+
+int64_t intValue(const char* name, int64_t lo, int64_t hi) {
+  std::string v = envValue(name);
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi)
+    badValue(name, v, fmt::format("an integer in [{}, {}]", lo, hi).c_str());
+  return x;
+}
+
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+
+}  // namespace
+
+std::span<const EnvSpec> envTable() { return kEnvTable; }
+
+std::string envValue(const char* name) {
+  const char* v = std::getenv(name);
+  if (v != nullptr && *v != '\0') return v;
+  for (const EnvSpec& s : kEnvTable)
+    if (std::strcmp(s.name, name) == 0) return s.defaultValue;
+  return "";
+}
+
+bool parseBytes(const std::string& text, uint64_t* out) {
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return false;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long x = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0) return false;
+  int shift = 0;
+  std::string suffix = upper(end);
+  if (suffix == "K" || suffix == "KB" || suffix == "KIB") shift = 10;
+  else if (suffix == "M" || suffix == "MB" || suffix == "MIB") shift = 20;
+  else if (suffix == "G" || suffix == "GB" || suffix == "GIB") shift = 30;
+  else if (!suffix.empty() && suffix != "B") return false;
+  if (shift != 0 && x > (~0ULL >> shift)) return false;
+  *out = x << shift;
+  return true;
+}
+
+Config Config::fromEnv() {
+  Config c;
+  std::string algo = upper(envValue("CHORUS_ALGO"));
+  if (algo == "RING") c.algo = Algo::Ring;
+  else if (algo == "AUTO") c.algo = Algo::Auto;
+  else badValue("CHORUS_ALGO", envValue("CHORUS_ALGO"), "RING or AUTO");
+  c.nsocks = static_cast<int>(intValue("CHORUS_NSOCKS", 1, 16));
+  uint64_t chunk = 0;
+  std::string chunkText = envValue("CHORUS_CHUNK_BYTES");
+  if (!parseBytes(chunkText, &chunk) || chunk < 4096 || chunk > (64u << 20))
+    badValue("CHORUS_CHUNK_BYTES", chunkText, "a size in [4K, 64M] such as 512K");
+  c.chunkBytes = chunk;
+  c.spinUs = static_cast<int>(intValue("CHORUS_SPIN_US", 0, 100000));
+  c.timeoutSec = static_cast<double>(intValue("CHORUS_TIMEOUT", 1, 1LL << 31));
+  c.initTimeoutSec = static_cast<double>(intValue("CHORUS_INIT_TIMEOUT", 1, 1LL << 31));
+  c.socketIfname = envValue("CHORUS_SOCKET_IFNAME");
+  c.hostId = envValue("CHORUS_HOSTID");
+  return c;
+}
+
+}  // namespace chorus

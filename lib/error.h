@@ -1,0 +1,36 @@
+// One error model inside the library: chorus::Error carries a chorusResult_t and a sentence naming the argument,
+// rank or peer at fault. Exported functions catch it at the C boundary (lib/api_guard.h) and turn it into a
+// result code plus chorusGetLastError() text.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "chorus/chorus.h"
+
+namespace chorus {
+
+class Error : public std::runtime_error {
+ public:
+  Error(chorusResult_t code, std::string message) : std::runtime_error(std::move(message)), code_(code) {}
+  chorusResult_t code() const { return code_; }
+
+ private:
+  chorusResult_t code_;
+};
+
+template <typename... Args>
+[[noreturn]] void fail(chorusResult_t code, fmt::format_string<Args...> f, Args&&... args) {
+  throw Error(code, fmt::format(f, std::forward<Args>(args)...));
+}
+
+// Throws chorusSystemError with strerror(errno) appended.
+[[noreturn]] void failErrno(const std::string& what);
+
+// Thread-local text returned by chorusGetLastError(NULL).
+void setThreadLastError(const std::string& text);
+const char* threadLastError();
+
+}  // namespace chorus

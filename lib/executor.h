@@ -1,0 +1,55 @@
+// Note [Issue order]: operations on one communicator run one at a time, in the order they were issued,
+// whatever stream they were given. A blocking call runs on the caller's thread when nothing is queued (no
+// hand-off latency); otherwise it queues behind the asynchronous work and waits. Asynchronous work runs on a
+// worker thread started on first use.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+struct chorusStream;
+
+namespace chorus {
+
+class Comm;
+
+class Executor {
+ public:
+  using Fn = std::function<void()>;
+  explicit Executor(Comm& comm) : comm_(comm) {}
+  ~Executor();
+
+  // Runs fn after all earlier work and returns when it is done; rethrows its chorus::Error.
+  void runBlocking(Fn fn);
+  // Queues fn and returns; each stream counts it as pending until it finishes.
+  void enqueue(Fn fn, std::vector<chorusStream*> streams);
+  // Waits until every queued operation has finished.
+  void drain();
+
+ private:
+  struct Task {
+    Fn fn;
+    std::vector<chorusStream*> streams;
+    std::shared_ptr<struct Completion> done;  // set for a blocking caller waiting on the queue
+  };
+  void execute(Fn& fn, chorusResult_t* rc, std::string* msg);
+  void workerLoop();
+
+  Comm& comm_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool busy_ = false;  // an operation is running (inline or on the worker)
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace chorus

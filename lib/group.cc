@@ -1,0 +1,112 @@
+#include "lib/group.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "lib/collectives.h"
+#include "lib/error.h"
+#include "lib/registry.h"
+#include "lib/stream.h"
+
+namespace chorus {
+
+namespace {
+
+struct Recorded {
+  Comm* comm;
+  algo::CollArgs args;
+  chorusStream_t stream;
+};
+
+struct GroupState {
+  int depth = 0;
+  std::vector<Recorded> calls;
+};
+thread_local GroupState tGroup;
+
+std::function<void()> makeTask(Comm& comm, std::vector<algo::CollArgs> calls) {
+  return [&comm, calls = std::move(calls)] {
+    std::vector<TaggedCall> tagged;
+    tagged.reserve(calls.size());
+    for (const auto& a : calls) tagged.push_back(tagCall(comm, a));
+    runCalls(comm, tagged);
+  };
+}
+
+}  // namespace
+
+int groupDepth() { return tGroup.depth; }
+void groupStart() { ++tGroup.depth; }
+
+bool groupRecord(Comm* comm, const algo::CollArgs& args, chorusStream_t stream) {
+  if (tGroup.depth == 0) return false;
+  tGroup.calls.push_back({comm, args, stream});
+  return true;
+}
+
+// Queues calls on comm; when the caller must block, returns a private stream that completes with them.
+std::unique_ptr<chorusStream> start(Comm& comm, std::vector<algo::CollArgs> calls,
+                                    const std::vector<chorusStream_t>& streams) {
+  bool blocking = streams.empty() || std::count(streams.begin(), streams.end(), nullptr) > 0;
+  std::vector<chorusStream*> live;
+  for (chorusStream_t s : streams)
+    if (s != nullptr && std::find(live.begin(), live.end(), s) == live.end()) live.push_back(s);
+  std::unique_ptr<chorusStream> waiter;
+  if (blocking) {
+    waiter = std::make_unique<chorusStream>(&comm);
+    live.push_back(waiter.get());
+  }
+  comm.executor().enqueue(makeTask(comm, std::move(calls)), live);
+  return waiter;
+}
+
+void issue(Comm& comm, std::vector<algo::CollArgs> calls, const std::vector<chorusStream_t>& streams) {
+  if (std::all_of(streams.begin(), streams.end(), [](chorusStream_t s) { return s == nullptr; })) {
+    comm.executor().runBlocking(makeTask(comm, std::move(calls)));  // inline when idle: no hand-off latency
+    return;
+  }
+  std::unique_ptr<chorusStream> waiter = start(comm, std::move(calls), streams);
+  std::string msg;
+  if (waiter && waiter->waitAll(&msg) != chorusSuccess) throw Error(waiter->error, msg);
+}
+
+void groupEnd() {
+  if (tGroup.depth == 0) fail(chorusInvalidUsage, "chorusGroupEnd called without a matching chorusGroupStart");
+  if (--tGroup.depth > 0) return;
+  std::vector<Recorded> calls = std::move(tGroup.calls);
+  tGroup.calls.clear();
+  // One operation per communicator, in the order communicators first appear.
+  std::vector<Comm*> order;
+  std::map<Comm*, std::pair<std::vector<algo::CollArgs>, std::vector<chorusStream_t>>> byComm;
+  for (const Recorded& r : calls) {
+    if (!byComm.count(r.comm)) order.push_back(r.comm);
+    byComm[r.comm].first.push_back(r.args);
+    byComm[r.comm].second.push_back(r.stream);
+  }
+  for (Comm* c : order) CallRef ref(static_cast<chorusComm_t>(c), "comm (recorded in this group)");
+  if (order.size() == 1) {
+    CallRef ref(static_cast<chorusComm_t>(order[0]), "comm");
+    issue(*order[0], std::move(byComm[order[0]].first), byComm[order[0]].second);
+    return;
+  }
+  // Several communicators: start all before waiting on any, so cross-communicator dependencies cannot deadlock.
+  std::vector<std::unique_ptr<chorusStream>> waiters;
+  for (Comm* c : order) {
+    CallRef ref(static_cast<chorusComm_t>(c), "comm");
+    waiters.push_back(start(*c, std::move(byComm[c].first), byComm[c].second));
+  }
+  chorusResult_t first = chorusSuccess;
+  std::string firstMsg;
+  for (auto& w : waiters) {
+    std::string msg;
+    if (w && w->waitAll(&msg) != chorusSuccess && first == chorusSuccess) {
+      first = w->error;
+      firstMsg = msg;
+    }
+  }
+  if (first != chorusSuccess) throw Error(first, firstMsg);
+}
+
+}  // namespace chorus

@@ -1,0 +1,19 @@
+// chorusGroupStart/End: per-thread recording of calls, issued together at the outermost GroupEnd.
+#pragma once
+
+#include "algorithms/collective.h"
+#include "chorus/chorus.h"
+
+namespace chorus {
+
+int groupDepth();
+void groupStart();
+// Records a validated call when a group is open; false when no group is open (the caller issues it now).
+bool groupRecord(Comm* comm, const algo::CollArgs& args, chorusStream_t stream);
+// Issues everything recorded; blocks unless every recorded call had a stream.
+void groupEnd();
+
+// Issues calls on one communicator as one operation (in issue order, Note [Issue order]).
+void issue(Comm& comm, std::vector<algo::CollArgs> calls, const std::vector<chorusStream_t>& streams);
+
+}  // namespace chorus

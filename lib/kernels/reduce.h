@@ -1,0 +1,32 @@
+// CPU reduction kernels with runtime ISA dispatch (AVX-512 / AVX2 / portable scalar).
+#pragma once
+
+#include "chorus/chorus.h"
+
+#include <cstddef>
+
+namespace chorus::kernels {
+
+size_t dataTypeSize(chorusDataType_t dt);  // 0 for an unknown value
+bool dataTypeValid(chorusDataType_t dt);
+bool redOpValid(chorusRedOp_t op);
+const char* dataTypeName(chorusDataType_t dt);  // "int8" ... "bfloat16"; "unknown" otherwise
+const char* redOpName(chorusRedOp_t op);        // "sum", "prod", "max", "min", "avg"; "unknown" otherwise
+
+// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (same pointer); any alignment.
+// chorusAvg reduces like chorusSum (the caller divides at the end with scaleDivide).
+// Integers wrap; float16/bfloat16 compute in float32 and round to nearest even when storing.
+// Max/min of floats: (a > b ? a : b) / (a < b ? a : b). Invalid dt/op: no-op (callers validate first).
+void reduce(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt, chorusRedOp_t op);
+
+// buf[i] = buf[i] / divisor (Avg's final step). Integers truncate toward zero as C division (unsigned types
+// convert divisor as C does); float16/bfloat16 via float32. divisor == 0: no-op.
+void scaleDivide(void* buf, size_t count, chorusDataType_t dt, int divisor);
+
+// "avx512", "avx2" or "portable": the path chosen at first use from CPUID.
+const char* activeIsa();
+// Forces a path for tests and benchmarks: "portable", "avx2", "avx512", or "auto" to redo detection.
+// Returns false (and changes nothing) if the CPU or this build lacks it.
+bool forceIsa(const char* name);
+
+}  // namespace chorus::kernels

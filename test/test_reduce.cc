@@ -1,0 +1,373 @@
+// Reduction kernels: the portable path against an independent reference, then every SIMD path, alias pattern
+// and misalignment against the portable path bit for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <random>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "lib/kernels/reduce.h"
+
+using namespace chorus::kernels;
+
+namespace {
+
+const chorusDataType_t kTypes[] = {chorusInt8,    chorusUint8,   chorusInt32,   chorusUint32, chorusInt64,
+                                   chorusUint64,  chorusFloat16, chorusFloat32, chorusFloat64, chorusBfloat16};
+const chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
+const size_t kCounts[] = {0, 1, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 1000, 1000003};
+
+std::vector<const char*> availableIsas() {
+  std::vector<const char*> v;
+  for (const char* n : {"portable", "avx2", "avx512"})
+    if (forceIsa(n)) v.push_back(n);
+  forceIsa("auto");
+  return v;
+}
+
+struct IsaGuard {
+  ~IsaGuard() { forceIsa("auto"); }
+};
+
+template <class T>
+T get(const unsigned char* p, size_t i) {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+// ---- independent decoding of the 16-bit float formats ----
+
+double halfToDouble(uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const double v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+double bf16ToDouble(uint16_t h) {
+  const int e = (h >> 7) & 255, m = h & 127;
+  const double v = e == 255 ? (m ? NAN : INFINITY) : e == 0 ? std::ldexp(m, -133) : std::ldexp(128 + m, e - 134);
+  return (h & 0x8000) ? -v : v;
+}
+
+struct Fmt16 {
+  double (*dec)(uint16_t);
+  uint16_t inf;     // bits of +infinity
+  double overflow;  // |x| >= this rounds to infinity
+};
+const Fmt16 kHalf{halfToDouble, 0x7c00, 65520.0};
+const Fmt16 kBf16{bf16ToDouble, 0x7f80, std::ldexp(511.0, 119)};
+
+// True when r is ref rounded to nearest, ties to even: no neighbour of r is closer to ref.
+bool isNearest(uint16_t r, double ref, const Fmt16& f) {
+  const double rv = f.dec(r);
+  if (std::isnan(ref)) return std::isnan(rv);
+  if (std::fabs(ref) >= f.overflow) return std::isinf(rv) && std::signbit(rv) == std::signbit(ref);
+  if (!std::isfinite(rv)) return false;
+  if (rv == 0 && std::signbit(rv) != std::signbit(ref)) return false;
+  const uint16_t sign = r & 0x8000, mag = r & 0x7fff;
+  auto beats = [&](uint16_t c) {
+    const double dr = std::fabs(rv - ref), dc = std::fabs(f.dec(c) - ref);
+    return dr < dc || (dr == dc && (r & 1) == 0);
+  };
+  if (mag > 0 && !beats(uint16_t(sign | (mag - 1)))) return false;
+  if (mag + 1 < f.inf && !beats(uint16_t(sign | (mag + 1)))) return false;
+  return mag != 0 || beats(uint16_t((sign ^ 0x8000) | 1));
+}
+
+// |r - ref| <= one unit in the last place of the format at ref.
+bool withinUlp(uint16_t r, double ref, const Fmt16& f, int mantBits, int minExp) {
+  const double rv = f.dec(r);
+  if (!std::isfinite(ref)) return std::isnan(ref) ? std::isnan(rv) : rv == ref;
+  const int e = ref == 0 ? minExp : std::max(std::ilogb(ref), minExp);
+  return std::fabs(rv - ref) <= std::ldexp(1.0, e - mantBits);
+}
+
+// ---- reference reduction, one element ----
+
+template <class T>
+bool intOk(chorusRedOp_t op, const unsigned char* a, const unsigned char* b, const unsigned char* r, size_t i) {
+  using U = std::make_unsigned_t<T>;
+  const T x = get<T>(a, i), y = get<T>(b, i);
+  T want;
+  switch (op) {
+    case chorusProd: want = T(U(U(x) * U(y))); break;
+    case chorusMax: want = x > y ? x : y; break;
+    case chorusMin: want = x < y ? x : y; break;
+    default: want = T(U(U(x) + U(y))); break;
+  }
+  return get<T>(r, i) == want;
+}
+
+template <class T>
+bool floatOk(chorusRedOp_t op, const unsigned char* a, const unsigned char* b, const unsigned char* r, size_t i) {
+  const double x = get<T>(a, i), y = get<T>(b, i);
+  double want;
+  switch (op) {
+    case chorusProd: want = x * y; break;
+    case chorusMax: want = x > y ? x : y; break;
+    case chorusMin: want = x < y ? x : y; break;
+    default: want = x + y; break;
+  }
+  const T w = T(want), got = get<T>(r, i);  // rounding via double is exact: 53 >= 2 * 24 + 2
+  return std::memcmp(&w, &got, sizeof(T)) == 0;
+}
+
+bool fmt16Ok(chorusRedOp_t op, const Fmt16& f, const unsigned char* a, const unsigned char* b,
+             const unsigned char* r, size_t i) {
+  const uint16_t ha = get<uint16_t>(a, i), hb = get<uint16_t>(b, i), hr = get<uint16_t>(r, i);
+  const double x = f.dec(ha), y = f.dec(hb);
+  switch (op) {
+    case chorusMax: return hr == (x > y ? ha : hb);
+    case chorusMin: return hr == (x < y ? ha : hb);
+    case chorusProd: return isNearest(hr, x * y, f);
+    default: return isNearest(hr, x + y, f);
+  }
+}
+
+bool elemOk(chorusDataType_t dt, chorusRedOp_t op, const unsigned char* a, const unsigned char* b,
+            const unsigned char* r, size_t i) {
+  switch (dt) {
+    case chorusInt8: return intOk<int8_t>(op, a, b, r, i);
+    case chorusUint8: return intOk<uint8_t>(op, a, b, r, i);
+    case chorusInt32: return intOk<int32_t>(op, a, b, r, i);
+    case chorusUint32: return intOk<uint32_t>(op, a, b, r, i);
+    case chorusInt64: return intOk<int64_t>(op, a, b, r, i);
+    case chorusUint64: return intOk<uint64_t>(op, a, b, r, i);
+    case chorusFloat16: return fmt16Ok(op, kHalf, a, b, r, i);
+    case chorusFloat32: return floatOk<float>(op, a, b, r, i);
+    case chorusFloat64: return floatOk<double>(op, a, b, r, i);
+    case chorusBfloat16: return fmt16Ok(op, kBf16, a, b, r, i);
+  }
+  return false;
+}
+
+// Random bit patterns; float types get any finite value (subnormals and near-overflow included, no NaN/inf).
+std::vector<unsigned char> randomData(chorusDataType_t dt, size_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const size_t es = dataTypeSize(dt);
+  std::vector<unsigned char> v(count * es);
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t bits = rng();
+    auto finite = [&](uint64_t expMask) {
+      while ((bits & expMask) == expMask) bits = rng();
+    };
+    if (dt == chorusFloat16) finite(0x7c00);
+    if (dt == chorusBfloat16) finite(0x7f80);
+    if (dt == chorusFloat32) finite(0x7f800000);
+    if (dt == chorusFloat64) finite(0x7ff0000000000000ull);
+    std::memcpy(v.data() + i * es, &bits, es);
+  }
+  return v;
+}
+
+// Reusable memory holding `bytes` at a chosen offset (to misalign on purpose) between two canary zones.
+// Reused across iterations: fresh multi-megabyte allocations would spend the test's time in page faults.
+struct Arena {
+  static constexpr size_t kPad = 64;
+  std::vector<unsigned char> mem;
+  size_t off = 0, bytes = 0;
+  unsigned char* load(const unsigned char* init, size_t n, size_t offset) {
+    if (mem.size() < n + 2 * kPad + 16) mem.resize(n + 2 * kPad + 16);
+    off = kPad + offset, bytes = n;
+    std::memset(mem.data(), 0xA5, off);
+    if (n) std::memcpy(mem.data() + off, init, n);
+    std::memset(mem.data() + off + n, 0xA5, kPad);
+    return p();
+  }
+  unsigned char* load(const std::vector<unsigned char>& init, size_t offset) {
+    return load(init.data(), init.size(), offset);
+  }
+  unsigned char* p() { return mem.data() + off; }
+  bool guardsIntact() const {
+    for (size_t i = 0; i < off; ++i)
+      if (mem[i] != 0xA5) return false;
+    for (size_t i = off + bytes; i < off + bytes + kPad; ++i)
+      if (mem[i] != 0xA5) return false;
+    return true;
+  }
+};
+
+class ReduceTest : public ::testing::TestWithParam<std::tuple<chorusDataType_t, chorusRedOp_t>> {};
+
+TEST_P(ReduceTest, AllIsasAliasesAlignments) {
+  IsaGuard guard;
+  const auto [dt, op] = GetParam();
+  const size_t es = dataTypeSize(dt);
+  const auto isas = availableIsas();
+  Arena ga, gb, gd;
+  for (size_t count : kCounts) {
+    SCOPED_TRACE("count=" + std::to_string(count));
+    const auto a = randomData(dt, count, count * 131 + unsigned(dt) * 7 + unsigned(op));
+    const auto b = randomData(dt, count, count * 977 + unsigned(dt) * 5 + unsigned(op) + 1);
+    // Portable, separate aligned buffers, against the independent reference.
+    std::vector<unsigned char> want(count * es);
+    const std::vector<unsigned char> junk(count * es, 0x5A);  // initial dst: must be overwritten everywhere
+    ASSERT_TRUE(forceIsa("portable"));
+    reduce(want.data(), a.data(), b.data(), count, dt, op);
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_TRUE(elemOk(dt, op, a.data(), b.data(), want.data(), i)) << "portable vs reference at " << i;
+
+    // (dst, a, b) byte offsets: aligned, one element off, one byte off, and mixed.
+    const size_t offsets[][3] = {{0, 0, 0}, {es, es, es}, {1, 1, 1}, {1, 0, es}, {3, es, 1}};
+    for (const char* isa : isas) {
+      ASSERT_TRUE(forceIsa(isa));
+      for (int alias = 0; alias < 3; ++alias) {  // 0: dst separate, 1: dst == a, 2: dst == b
+        for (size_t k = 0; k < std::size(offsets); ++k) {
+          if (count > 100000 && k != size_t(alias)) continue;  // keep the big count to one layout per alias
+          SCOPED_TRACE(std::string(isa) + " alias=" + std::to_string(alias) + " layout=" + std::to_string(k));
+          ga.load(a, offsets[k][1]);
+          gb.load(b, offsets[k][2]);
+          gd.load(junk.data(), alias == 0 ? junk.size() : 0, offsets[k][0]);
+          unsigned char* dst = alias == 1 ? ga.p() : alias == 2 ? gb.p() : gd.p();
+          reduce(dst, ga.p(), gb.p(), count, dt, op);
+          EXPECT_TRUE(count == 0 || std::memcmp(dst, want.data(), count * es) == 0);
+          EXPECT_TRUE(ga.guardsIntact() && gb.guardsIntact() && gd.guardsIntact());
+          if (alias != 1) {
+            EXPECT_TRUE(count == 0 || std::memcmp(ga.p(), a.data(), count * es) == 0);
+          }
+          if (alias != 2) {
+            EXPECT_TRUE(count == 0 || std::memcmp(gb.p(), b.data(), count * es) == 0);
+          }
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ReduceTest, ::testing::Combine(::testing::ValuesIn(kTypes), ::testing::ValuesIn(kOps)),
+                         [](const auto& info) {
+                           return std::string(dataTypeName(std::get<0>(info.param))) + "_" +
+                                  redOpName(std::get<1>(info.param));
+                         });
+
+// ---- scaleDivide ----
+
+template <class T>
+bool intDivOk(const unsigned char* in, const unsigned char* out, size_t i, int d) {
+  const T x = get<T>(in, i);
+  T want;
+  if constexpr (std::is_signed_v<T>) want = d == -1 ? T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(x)) : T(x / d);
+  else want = T(x / T(d));
+  return get<T>(out, i) == want;
+}
+
+bool divOk(chorusDataType_t dt, const unsigned char* in, const unsigned char* out, size_t i, int d) {
+  switch (dt) {
+    case chorusInt8: return intDivOk<int8_t>(in, out, i, d);
+    case chorusUint8: return intDivOk<uint8_t>(in, out, i, d);
+    case chorusInt32: return intDivOk<int32_t>(in, out, i, d);
+    case chorusUint32: return intDivOk<uint32_t>(in, out, i, d);
+    case chorusInt64: return intDivOk<int64_t>(in, out, i, d);
+    case chorusUint64: return intDivOk<uint64_t>(in, out, i, d);
+    case chorusFloat16: return withinUlp(get<uint16_t>(out, i), halfToDouble(get<uint16_t>(in, i)) / d, kHalf, 10, -14);
+    case chorusBfloat16: return withinUlp(get<uint16_t>(out, i), bf16ToDouble(get<uint16_t>(in, i)) / d, kBf16, 7, -126);
+    case chorusFloat32: return get<float>(out, i) == get<float>(in, i) / float(d);
+    case chorusFloat64: return get<double>(out, i) == get<double>(in, i) / double(d);
+  }
+  return false;
+}
+
+TEST(ScaleDivide, AllTypesIsasAlignments) {
+  IsaGuard guard;
+  const auto isas = availableIsas();
+  Arena g;
+  for (chorusDataType_t dt : kTypes) {
+    const size_t es = dataTypeSize(dt);
+    for (int d : {1, 2, 3, 7, -1, -3, 1000}) {
+      for (size_t count : {size_t(0), size_t(1), size_t(15), size_t(33), size_t(65), size_t(1000), size_t(100003)}) {
+        SCOPED_TRACE(std::string(dataTypeName(dt)) + " d=" + std::to_string(d) + " count=" + std::to_string(count));
+        const auto in = randomData(dt, count, count + unsigned(dt) * 1000 + unsigned(d + 10));
+        auto want = in;
+        ASSERT_TRUE(forceIsa("portable"));
+        scaleDivide(want.data(), count, dt, d);
+        for (size_t i = 0; i < count; ++i) ASSERT_TRUE(divOk(dt, in.data(), want.data(), i, d)) << "at " << i;
+        for (const char* isa : isas) {
+          ASSERT_TRUE(forceIsa(isa));
+          for (size_t off : {size_t(0), size_t(1), es}) {
+            g.load(in, off);
+            scaleDivide(g.p(), count, dt, d);
+            EXPECT_TRUE(count == 0 || std::memcmp(g.p(), want.data(), count * es) == 0) << isa << " off=" << off;
+            EXPECT_TRUE(g.guardsIntact()) << isa;
+          }
+        }
+      }
+    }
+    g.load(randomData(dt, 5, 1), 0);  // divisor 0 is a no-op
+    const std::vector<unsigned char> before(g.mem);
+    scaleDivide(g.p(), 5, dt, 0);
+    EXPECT_EQ(g.mem, before);
+  }
+}
+
+// ---- special values and exhaustive 16-bit round trips ----
+
+// max(x, x) == x for every 16-bit pattern on every path (NaN stays NaN): load/store round-trips exactly.
+TEST(Special, Float16RoundTripsExhaustive) {
+  IsaGuard guard;
+  for (chorusDataType_t dt : {chorusFloat16, chorusBfloat16}) {
+    const Fmt16& f = dt == chorusFloat16 ? kHalf : kBf16;
+    std::vector<uint16_t> all(65536), out(65536);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = uint16_t(i);
+    for (const char* isa : availableIsas()) {
+      ASSERT_TRUE(forceIsa(isa));
+      reduce(out.data(), all.data(), all.data(), all.size(), dt, chorusMax);
+      for (size_t i = 0; i < all.size(); ++i) {
+        if (std::isnan(f.dec(all[i]))) {
+          ASSERT_TRUE(std::isnan(f.dec(out[i]))) << isa << " " << i;
+        } else {
+          ASSERT_EQ(out[i], all[i]) << isa << " " << dataTypeName(dt);
+        }
+      }
+    }
+  }
+}
+
+// Every 16-bit pattern (NaN, inf, subnormals) summed and multiplied with random patterns: nearest-even on all paths.
+TEST(Special, Float16AllPatternsNearestEven) {
+  IsaGuard guard;
+  std::mt19937 rng(7);
+  for (chorusDataType_t dt : {chorusFloat16, chorusBfloat16}) {
+    const Fmt16& f = dt == chorusFloat16 ? kHalf : kBf16;
+    std::vector<uint16_t> a(65536), b(65536), out(65536);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = uint16_t(i), b[i] = uint16_t(rng());
+    for (const char* isa : availableIsas()) {
+      ASSERT_TRUE(forceIsa(isa));
+      for (chorusRedOp_t op : {chorusSum, chorusProd}) {
+        reduce(out.data(), a.data(), b.data(), a.size(), dt, op);
+        for (size_t i = 0; i < a.size(); ++i) {
+          const double x = f.dec(a[i]), y = f.dec(b[i]);
+          ASSERT_TRUE(isNearest(out[i], op == chorusSum ? x + y : x * y, f))
+              << isa << " " << dataTypeName(dt) << " " << a[i] << " op " << b[i] << " -> " << out[i];
+        }
+      }
+    }
+  }
+}
+
+TEST(Names, TypesOpsAndIsa) {
+  EXPECT_EQ(dataTypeSize(chorusBfloat16), 2u);
+  EXPECT_EQ(dataTypeSize(chorusFloat64), 8u);
+  EXPECT_EQ(dataTypeSize(chorusDataType_t(42)), 0u);
+  EXPECT_FALSE(dataTypeValid(chorusDataType_t(-1)));
+  EXPECT_FALSE(redOpValid(chorusRedOp_t(5)));
+  EXPECT_STREQ(dataTypeName(chorusUint32), "uint32");
+  EXPECT_STREQ(dataTypeName(chorusFloat16), "float16");
+  EXPECT_STREQ(redOpName(chorusAvg), "avg");
+  EXPECT_FALSE(forceIsa("sse9"));
+  EXPECT_FALSE(forceIsa(nullptr));
+  IsaGuard guard;
+  const auto isas = availableIsas();
+  EXPECT_STREQ(activeIsa(), isas.back());  // detection picks the widest available
+  ASSERT_TRUE(forceIsa("portable"));
+  EXPECT_STREQ(activeIsa(), "portable");
+}
+
+}  // namespace

@@ -1,0 +1,203 @@
+#include "transports/tcp/tcp_socket.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "lib/error.h"
+#include "lib/log.h"
+
+namespace chorus::transport::tcp {
+
+namespace {
+OpTag tagOf(const WireHeader& h) {
+  OpTag t;
+  t.seq = h.seq;
+  t.count = h.count;
+  t.root = h.root;
+  t.kind = static_cast<OpKind>(h.kind);
+  t.dtype = h.dtype;
+  t.redop = h.redop;
+  return t;
+}
+}  // namespace
+
+void completePart(Request* req) {
+  if (--req->pendingParts == 0) req->done = true;
+}
+
+void DataSocket::failPeer(const std::string& what) const {
+  fail(chorusRemoteError, "{}: connection to {} {}", self_->name(), peer_->name(), what);
+}
+
+void DataSocket::mismatch(const WireHeader& h, const RecvPart& want) const {
+  OpTag got = tagOf(h);
+  if (got == want.tag)
+    fail(chorusInvalidUsage, "{} and {} disagree on the size of a message of {}: {} vs {} bytes", self_->name(),
+         peer_->name(), describe(got), want.msgLen, h.msgLen);
+  fail(chorusInvalidUsage, "mismatched calls: {} called {} but {} called {}", self_->name(), describe(want.tag),
+       peer_->name(), describe(got));
+}
+
+void DataSocket::queueSend(const WireHeader& h, const uint8_t* data, Request* req) {
+  sendq_.push_back(SendPart{h, data, 0, req});
+}
+
+void DataSocket::onEvents(uint32_t ev) {
+  if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) readable_ = true;
+  if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR)) writable_ = true;
+}
+
+bool DataSocket::flush() {
+  bool moved = false;
+  while (writable_ && !sendq_.empty()) {
+    SendPart& p = sendq_.front();
+    iovec iov[2];
+    int n = 0;
+    size_t total = sizeof(WireHeader) + p.hdr.partLen;
+    if (p.done < sizeof(WireHeader)) {
+      iov[n++] = {reinterpret_cast<uint8_t*>(&p.hdr) + p.done, sizeof(WireHeader) - p.done};
+      if (p.hdr.partLen > 0) iov[n++] = {const_cast<uint8_t*>(p.data), p.hdr.partLen};
+    } else {
+      size_t off = p.done - sizeof(WireHeader);
+      iov[n++] = {const_cast<uint8_t*>(p.data) + off, p.hdr.partLen - off};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t w = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) { writable_ = false; break; }
+      if (errno == EINTR) continue;
+      failPeer(fmt::format("failed while sending ({}); the peer has probably died", std::strerror(errno)));
+    }
+    moved = true;
+    p.done += static_cast<size_t>(w);
+    if (p.done == total) {
+      Request* r = p.req;
+      sendq_.pop_front();
+      if (r) completePart(r);
+    }
+  }
+  return moved;
+}
+
+void DataSocket::onHeader(const uint8_t* early, size_t earlyLen) {
+  const WireHeader& h = hdr_;
+  if (h.magic != kFrameMagic) failPeer("sent a malformed frame (bad magic); closing");
+  switch (h.type) {
+    case FrameType::Bye:
+      if (earlyLen > 0) failPeer("sent data after saying goodbye; closing");
+      peerSaidBye_ = true;
+      hdrGot_ = 0;
+      return;
+    case FrameType::Abort: {
+      std::string text(std::min<uint64_t>(h.partLen, kMaxAbortText), '\0');
+      size_t have = std::min(earlyLen, text.size());
+      std::memcpy(text.data(), early, have);
+      try {
+        recvAll(fd_.get(), text.data() + have, text.size() - have, deadlineIn(1.0), peer_->name());
+      } catch (const Error&) {
+        text = "(reason lost)";
+      }
+      chorusResult_t code = h.code == chorusInvalidUsage ? chorusInvalidUsage : chorusRemoteError;
+      fail(code, "{} failed and aborted the communicator: {}", peer_->name(), text);
+    }
+    case FrameType::Data:
+      break;
+    default:
+      failPeer("sent a frame of unknown type; closing");
+  }
+  if (recvq_.empty()) return;  // hold the header until a receive is posted
+  const RecvPart& want = recvq_.front();
+  if (!(tagOf(h) == want.tag) || h.msgLen != want.msgLen || h.partOffset != want.partOffset ||
+      h.partLen != want.partLen)
+    mismatch(h, want);
+  hdrValid_ = true;
+  payloadGot_ = 0;
+  if (h.partLen == 0) completeRecvPart();
+}
+
+void DataSocket::completeRecvPart() {
+  Request* r = recvq_.front().req;
+  recvq_.pop_front();
+  hdrGot_ = 0;
+  hdrValid_ = false;
+  payloadGot_ = 0;
+  completePart(r);
+}
+
+bool DataSocket::drain() {
+  bool moved = false;
+  while (readable_) {
+    bool haveHdr = hdrGot_ == sizeof(WireHeader);
+    if (haveHdr && !hdrValid_) {
+      if (recvq_.empty()) break;  // header parked, nobody wants its payload yet
+      onHeader(nullptr, 0);
+      moved = true;
+      continue;
+    }
+    iovec iov[2];
+    int n = 0;
+    if (!haveHdr) {
+      iov[n++] = {reinterpret_cast<uint8_t*>(&hdr_) + hdrGot_, sizeof(WireHeader) - hdrGot_};
+      // Speculatively read the expected payload in the same call; a mismatching header fails the whole
+      // operation anyway, so bytes landing in the posted buffer early are harmless.
+      if (!recvq_.empty() && recvq_.front().partLen > 0) iov[n++] = {recvq_.front().dst, recvq_.front().partLen};
+    } else {
+      const RecvPart& p = recvq_.front();
+      iov[n++] = {p.dst + payloadGot_, p.partLen - payloadGot_};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t r = ::recvmsg(fd_.get(), &msg, MSG_DONTWAIT);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) { readable_ = false; break; }
+      if (errno == EINTR) continue;
+      failPeer(fmt::format("failed while receiving ({}); the peer has probably died", std::strerror(errno)));
+    }
+    if (r == 0) {
+      readable_ = false;
+      if (peerSaidBye_ && recvq_.empty() && hdrGot_ == 0) break;
+      if (peerSaidBye_)
+        failPeer("was closed: the peer destroyed its communicator while this rank still expected data from it");
+      failPeer("was closed unexpectedly: the peer process died or was killed");
+    }
+    moved = true;
+    size_t got = static_cast<size_t>(r);
+    if (!haveHdr) {
+      size_t h = std::min(got, sizeof(WireHeader) - hdrGot_);
+      hdrGot_ += h;
+      got -= h;
+      if (hdrGot_ < sizeof(WireHeader)) continue;
+      onHeader(got > 0 ? recvq_.front().dst : nullptr, got);
+      if (got > 0) {  // speculative payload bytes arrived with the header
+        payloadGot_ = got;
+        if (payloadGot_ == recvq_.front().partLen) completeRecvPart();
+      }
+    } else {
+      payloadGot_ += got;
+      if (payloadGot_ == recvq_.front().partLen) completeRecvPart();
+    }
+  }
+  return moved;
+}
+
+bool DataSocket::writeControl(const WireHeader& h, const std::string& text, Deadline deadline) {
+  if (!idleForFrame()) return false;
+  try {
+    sendAll(fd_.get(), &h, sizeof h, deadline, peer_->name());
+    if (!text.empty()) sendAll(fd_.get(), text.data(), text.size(), deadline, peer_->name());
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
+}
+
+void DataSocket::shutdownBoth() { ::shutdown(fd_.get(), SHUT_RDWR); }
+
+}  // namespace chorus::transport::tcp

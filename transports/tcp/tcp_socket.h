@@ -1,0 +1,64 @@
+// One data connection to one peer: a queue of frames to write and a queue of expected frames to read.
+#pragma once
+
+#include <deque>
+#include <string>
+
+#include "lib/socket.h"
+#include "transports/tcp/wire.h"
+#include "transports/transport.h"
+
+namespace chorus::transport::tcp {
+
+struct RecvPart {
+  uint8_t* dst;  // where this part's payload goes (already offset)
+  uint64_t msgLen, partOffset, partLen;
+  OpTag tag;
+  Request* req;
+};
+
+class DataSocket {
+ public:
+  DataSocket(Fd fd, const PeerInfo* self, const PeerInfo* peer) : fd_(std::move(fd)), self_(self), peer_(peer) {}
+
+  int fd() const { return fd_.get(); }
+  void queueSend(const WireHeader& h, const uint8_t* data, Request* req);
+  void queueRecv(const RecvPart& part) { recvq_.push_back(part); }
+  // Write / read until the kernel says EAGAIN or nothing is left to do; true if any byte moved.
+  bool flush();
+  bool drain();
+  void onEvents(uint32_t events);
+  bool idleForFrame() const { return sendq_.empty() || sendq_.front().done == 0; }
+  bool sendPending() const { return !sendq_.empty(); }
+  // Blocking (bounded) write of a control frame at a frame boundary; false if not possible.
+  bool writeControl(const WireHeader& h, const std::string& text, Deadline deadline);
+  void shutdownBoth();
+
+ private:
+  struct SendPart {
+    WireHeader hdr;
+    const uint8_t* data;
+    size_t done;  // bytes of header + payload written
+    Request* req;
+  };
+  [[noreturn]] void failPeer(const std::string& what) const;
+  [[noreturn]] void mismatch(const WireHeader& h, const RecvPart& want) const;
+  // A whole header is in hdr_; early/earlyLen: bytes that arrived after it in the same read.
+  void onHeader(const uint8_t* early, size_t earlyLen);
+  void completeRecvPart();
+
+  Fd fd_;
+  const PeerInfo* self_;
+  const PeerInfo* peer_;
+  bool readable_ = true, writable_ = true, peerSaidBye_ = false;
+  std::deque<SendPart> sendq_;
+  std::deque<RecvPart> recvq_;
+  WireHeader hdr_{};
+  size_t hdrGot_ = 0;
+  bool hdrValid_ = false;  // hdr_ holds a checked Data header matching recvq_.front()
+  uint64_t payloadGot_ = 0;
+};
+
+void completePart(Request* req);
+
+}  // namespace chorus::transport::tcp

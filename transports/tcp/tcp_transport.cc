@@ -1,0 +1,261 @@
+#include "transports/tcp/tcp_transport.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "lib/error.h"
+#include "lib/log.h"
+#include "lib/socket.h"
+#include "transports/tcp/tcp_socket.h"
+#include "transports/tcp/wire.h"
+
+namespace chorus::transport::tcp {
+
+namespace {
+
+constexpr double kHandshakeSeconds = 5.0;
+
+// A connection accepted but not yet identified by its Hello.
+struct Pending {
+  Fd fd;
+  SockAddr from;
+  Hello hello{};
+  size_t got = 0;
+  Deadline deadline;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(const Setup& setup) : setup_(setup) {
+    std::string ifname;
+    SockAddr addr = findInterfaceAddress(setup.socketIfname, &ifname);
+    addr.setPort(0);
+    listener_ = listenOn(addr, &listenAddr_);
+    setNonBlocking(listener_.get());
+    epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
+    if (!epoll_) failErrno("epoll_create1");
+    CHORUS_DEBUG(kNet, "tcp listening on {} ({})", listenAddr_.str(), ifname);
+  }
+
+  ~TcpTransport() override = default;
+
+  const char* name() const override { return "tcp"; }
+  bool canConnect(const PeerInfo&, const PeerInfo&) const override { return true; }
+
+  std::vector<uint8_t> address() const override {
+    std::vector<uint8_t> out(sizeof(uint32_t) + listenAddr_.len);
+    uint32_t len = listenAddr_.len;
+    std::memcpy(out.data(), &len, sizeof len);
+    std::memcpy(out.data() + sizeof len, &listenAddr_.ss, listenAddr_.len);
+    return out;
+  }
+
+  void connect(int peer, const std::vector<uint8_t>& address, Deadline deadline) override {
+    SockAddr to;
+    uint32_t len = 0;
+    if (address.size() < sizeof len) fail(chorusInternalError, "tcp address of rank {} is truncated", peer);
+    std::memcpy(&len, address.data(), sizeof len);
+    if (len > sizeof to.ss || address.size() != sizeof len + len)
+      fail(chorusInternalError, "tcp address of rank {} is malformed", peer);
+    std::memcpy(&to.ss, address.data() + sizeof len, len);
+    to.len = len;
+    for (int i = 0; i < setup_.nsocks; ++i) {
+      Fd fd = connectTo(to, deadline);
+      Hello h{kHelloMagic, kWireVersion, setup_.secret, setup_.commId, setup_.rank, i, setup_.nsocks, peer};
+      sendAll(fd.get(), &h, sizeof h, deadline, setup_.peers[peer].name());
+      addSocket(peer, std::move(fd));
+    }
+    CHORUS_INFO(kNet, "connected to {} at {} over tcp ({} connections)", setup_.peers[peer].name(), to.str(),
+                setup_.nsocks);
+  }
+
+  void accept(int peer, Deadline deadline) override {
+    while (static_cast<int>(arrived_[peer].size()) < setup_.nsocks) {
+      if (Clock::now() >= deadline)
+        fail(chorusTimeout, "{}: {} did not connect before the init deadline", self().name(),
+             setup_.peers[peer].name());
+      pollPending(deadline);
+    }
+    auto& socks = arrived_[peer];
+    for (int i = 0; i < setup_.nsocks; ++i) addSocket(peer, std::move(socks.at(i)));
+    arrived_.erase(peer);
+    CHORUS_INFO(kNet, "accepted {} over tcp ({} connections)", setup_.peers[peer].name(), setup_.nsocks);
+  }
+
+  void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
+    auto& socks = conns_.at(peer);
+    int parts = partsFor(len, socks.size());
+    req->done = false;
+    req->pendingParts = parts;
+    for (int i = 0; i < parts; ++i) {
+      auto [off, plen] = partRange(len, parts, i);
+      WireHeader h{};
+      h.magic = kFrameMagic;
+      h.type = FrameType::Data;
+      h.kind = static_cast<uint8_t>(tag.kind);
+      h.dtype = tag.dtype;
+      h.redop = tag.redop;
+      h.root = tag.root;
+      h.seq = tag.seq;
+      h.count = tag.count;
+      h.msgLen = len;
+      h.partOffset = off;
+      h.partLen = plen;
+      socks[i]->queueSend(h, static_cast<const uint8_t*>(buf) + off, req);
+      socks[i]->flush();
+    }
+    bytesSent_ += len;
+  }
+
+  void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) override {
+    auto& socks = conns_.at(peer);
+    int parts = partsFor(len, socks.size());
+    req->done = false;
+    req->pendingParts = parts;
+    for (int i = 0; i < parts; ++i) {
+      auto [off, plen] = partRange(len, parts, i);
+      socks[i]->queueRecv(RecvPart{static_cast<uint8_t*>(buf) + off, len, off, plen, tag, req});
+    }
+  }
+
+  bool progress() override {
+    epoll_event evs[64];
+    int n = epoll_wait(epoll_.get(), evs, 64, 0);
+    for (int i = 0; i < n; ++i) {
+      auto& [peer, idx] = sockIndex_[evs[i].data.u64];
+      (void)peer;
+      conns_.at(peer)[idx]->onEvents(evs[i].events);
+    }
+    bool moved = false;
+    for (auto& [peer, socks] : conns_)
+      for (auto& s : socks) {
+        moved |= s->flush();
+        moved |= s->drain();
+      }
+    return moved;
+  }
+
+  int waitFd() const override { return epoll_.get(); }
+
+  void sendAbort(chorusResult_t code, const std::string& text, Deadline deadline) override {
+    std::string t = text.substr(0, kMaxAbortText);
+    WireHeader h{};
+    h.magic = kFrameMagic;
+    h.type = FrameType::Abort;
+    h.code = static_cast<uint32_t>(code);
+    h.partLen = t.size();
+    for (auto& [peer, socks] : conns_) {
+      if (!socks[0]->writeControl(h, t, deadline))
+        CHORUS_DEBUG(kNet, "could not tell {} about the failure (mid-frame)", setup_.peers[peer].name());
+      for (auto& s : socks) s->shutdownBoth();
+    }
+  }
+
+  void close(Deadline deadline) override {
+    WireHeader h{};
+    h.magic = kFrameMagic;
+    h.type = FrameType::Bye;
+    for (auto& [peer, socks] : conns_)
+      for (auto& sock : socks) sock->writeControl(h, "", deadline);
+    conns_.clear();
+  }
+
+  uint64_t bytesSent() const override { return bytesSent_; }
+
+ private:
+  const PeerInfo& self() const { return setup_.peers[setup_.rank]; }
+
+  static int partsFor(size_t len, size_t nsocks) {
+    return len < kSplitBytes ? 1 : static_cast<int>(nsocks);
+  }
+  static std::pair<uint64_t, uint64_t> partRange(uint64_t len, int parts, int i) {
+    uint64_t a = len * static_cast<uint64_t>(i) / static_cast<uint64_t>(parts);
+    uint64_t b = len * static_cast<uint64_t>(i + 1) / static_cast<uint64_t>(parts);
+    return {a, b - a};
+  }
+
+  void addSocket(int peer, Fd fd) {
+    setNonBlocking(fd.get());
+    tuneDataSocket(fd.get());
+    auto& socks = conns_[peer];
+    uint64_t key = sockIndex_.size();
+    sockIndex_.push_back({peer, socks.size()});
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.u64 = key;
+    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) failErrno("epoll_ctl");
+    socks.push_back(std::make_unique<DataSocket>(std::move(fd), &self(), &setup_.peers[peer]));
+  }
+
+  // Accepts new connections and advances handshakes; bad ones are logged and dropped, never fatal.
+  void pollPending(Deadline deadline) {
+    std::vector<pollfd> pfds{{listener_.get(), POLLIN, 0}};
+    for (auto& p : pending_) pfds.push_back({p.fd.get(), POLLIN, 0});
+    ::poll(pfds.data(), pfds.size(), 50);
+    if (pfds[0].revents & POLLIN) {
+      while (true) {
+        SockAddr from;
+        from.len = sizeof from.ss;
+        int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&from.ss), &from.len,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) break;
+        pending_.push_back(Pending{Fd(fd), from, {}, 0, std::min(deadline, deadlineIn(kHandshakeSeconds))});
+      }
+    }
+    for (size_t i = 0; i < pending_.size();) {
+      Pending& p = pending_[i];
+      std::string problem = advance(p);
+      if (problem == "wait") { ++i; continue; }
+      if (!problem.empty())
+        CHORUS_WARN(kNet, "{}: dropped a connection from {}: {}", self().name(), p.from.str(), problem);
+      else
+        arrived_[p.hello.fromRank][p.hello.sockIndex] = std::move(p.fd);
+      pending_.erase(pending_.begin() + static_cast<long>(i));
+    }
+  }
+
+  // "" when the Hello is complete and valid, "wait" when more bytes are needed, else the reason to drop it.
+  std::string advance(Pending& p) {
+    if (Clock::now() > p.deadline) return "it stayed silent past the handshake deadline";
+    ssize_t r = ::recv(p.fd.get(), reinterpret_cast<uint8_t*>(&p.hello) + p.got, sizeof(Hello) - p.got, 0);
+    if (r == 0) return "it closed before completing the handshake";
+    if (r < 0) return (errno == EAGAIN || errno == EINTR) ? "wait" : std::strerror(errno);
+    p.got += static_cast<size_t>(r);
+    if (p.got < sizeof(Hello)) return "wait";
+    const Hello& h = p.hello;
+    if (h.magic != kHelloMagic) return "bad magic (not a Chorus peer)";
+    if (h.version != kWireVersion) return fmt::format("wire version {} (this rank speaks {})", h.version, kWireVersion);
+    if (h.secret != setup_.secret) return "wrong secret";
+    if (h.commId != setup_.commId) return "it belongs to another communicator";
+    if (h.toRank != setup_.rank || h.fromRank < 0 || h.fromRank >= setup_.nranks || h.fromRank >= setup_.rank)
+      return fmt::format("unexpected ranks {} -> {}", h.fromRank, h.toRank);
+    if (h.nsocks != setup_.nsocks)
+      fail(chorusInvalidUsage, "{} uses CHORUS_NSOCKS={} but {} uses {}; set the same value on every rank",
+           setup_.peers[h.fromRank].name(), h.nsocks, self().name(), setup_.nsocks);
+    if (h.sockIndex < 0 || h.sockIndex >= h.nsocks || arrived_[h.fromRank].count(h.sockIndex))
+      return fmt::format("bad or duplicate connection index {}", h.sockIndex);
+    return "";
+  }
+
+  const Setup& setup_;
+  Fd listener_;
+  SockAddr listenAddr_;
+  Fd epoll_;
+  std::map<int, std::vector<std::unique_ptr<DataSocket>>> conns_;
+  std::vector<std::pair<int, size_t>> sockIndex_;  // epoll key -> (peer, connection index)
+  std::vector<Pending> pending_;
+  std::map<int, std::map<int, Fd>> arrived_;  // peer -> connection index -> socket, before accept() claims it
+  uint64_t bytesSent_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> create(const Setup& setup) { return std::make_unique<TcpTransport>(setup); }
+
+}  // namespace chorus::transport::tcp

@@ -1,0 +1,21 @@
+// TCP transport: non-blocking sockets driven by one edge-triggered epoll set, CHORUS_NSOCKS connections per
+// peer. Messages of at least kSplitBytes are cut into one part per connection so that several kernel copies
+// run at once; smaller ones travel whole on connection 0. Every part is framed by a 64-byte WireHeader that
+// repeats the message's OpTag (Note [Message tags] in transports/transport.h).
+//
+// Buffering is bounded: a receiver reads a part's header, then leaves the payload in the kernel until a
+// matching receive is posted, so no peer can make this rank allocate.
+#pragma once
+
+#include <memory>
+
+#include "transports/transport.h"
+
+namespace chorus::transport::tcp {
+
+constexpr size_t kSplitBytes = 128 * 1024;
+
+// setup must outlive the transport; its peers and commId are read when connect/accept run.
+std::unique_ptr<Transport> create(const Setup& setup);
+
+}  // namespace chorus::transport::tcp

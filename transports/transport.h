@@ -1,0 +1,93 @@
+// The transport interface: everything an algorithm may ask of the network. Built-in transports (tcp/, and
+// later shm/, ucx/, ibverbs/, cuda_ipc/) implement exactly this, like an outside plugin would.
+//
+// Note [Message tags]: every message carries the OpTag of the operation it belongs to (sequence number and a
+// fingerprint of the call). Between two ranks messages arrive in the order they were posted, so a receiver
+// compares the incoming tag and length with what it posted; any difference means the ranks made different
+// calls, and progress() throws chorusInvalidUsage naming both calls instead of delivering wrong data.
+//
+// Threading: one thread at a time drives a Transport (the communicator's executing thread).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+namespace chorus::transport {
+
+constexpr size_t kMaxAddressBytes = 128;
+
+enum class OpKind : uint8_t {
+  None = 0, AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Barrier
+};
+
+struct OpTag {
+  uint64_t seq = 0;    // collective sequence number, or the n-th Send/Recv between this pair
+  uint64_t count = 0;  // the call's count argument
+  int32_t root = -1;
+  OpKind kind = OpKind::None;
+  uint8_t dtype = 0;
+  uint8_t redop = 0;
+  bool operator==(const OpTag&) const = default;
+};
+std::string describe(const OpTag& tag);  // "AllReduce #5 (count 10, float32, sum)"
+
+struct PeerInfo {
+  int rank = -1;
+  int pid = 0;
+  std::string host;    // hostname, for messages
+  std::string hostId;  // host identity: ranks with equal ids share memory
+  std::string name() const;  // "rank 3 (pid 123 on host1)"
+};
+
+// Completion flag owned by the caller; must outlive the operation it was posted with.
+struct Request {
+  bool done = false;
+  int pendingParts = 0;  // transport-private bookkeeping
+};
+
+// Per-communicator facts a transport needs at creation.
+struct Setup {
+  int rank = -1;
+  int nranks = 0;
+  uint64_t secret = 0;  // every connection proves it knows this
+  uint64_t commId = 0;  // distinguishes communicators sharing a process
+  int nsocks = 1;
+  std::string socketIfname;
+  std::vector<PeerInfo> peers;  // indexed by rank, filled once the bootstrap exchange is done
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  // True when this transport can carry traffic between self and peer (e.g. same host for shared memory).
+  virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
+  // Opaque bytes (at most kMaxAddressBytes) that a peer passes to connect(). Valid from construction.
+  virtual std::vector<uint8_t> address() const = 0;
+  // Setup, blocking until the deadline: the lower rank of a pair calls connect, the higher calls accept.
+  // accept() closes and logs any connection that fails the handshake, without giving up.
+  virtual void connect(int peer, const std::vector<uint8_t>& address, std::chrono::steady_clock::time_point deadline) = 0;
+  virtual void accept(int peer, std::chrono::steady_clock::time_point deadline) = 0;
+  // Queues len bytes tagged `tag` to peer. Never blocks; buf and *req stay valid until req->done.
+  virtual void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) = 0;
+  // Posts a receive of exactly len bytes tagged `tag` from peer. Never blocks; see Note [Message tags].
+  virtual void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) = 0;
+  // Moves whatever data can move now without blocking; true if anything moved. Throws chorus::Error naming
+  // the peer when a connection fails, a peer dies or reports an error, or a tag mismatches.
+  virtual bool progress() = 0;
+  // A file descriptor that becomes readable when progress() may have work; lets waiters sleep in poll().
+  virtual int waitFd() const = 0;
+  // Best effort, bounded by the deadline: tells every peer that this rank failed, with the reason.
+  virtual void sendAbort(chorusResult_t code, const std::string& text, std::chrono::steady_clock::time_point deadline) = 0;
+  // Says goodbye to every peer (so they can tell a clean exit from a death) and closes the connections.
+  virtual void close(std::chrono::steady_clock::time_point deadline) = 0;
+  // Payload bytes handed to the network so far (for tests and statistics).
+  virtual uint64_t bytesSent() const = 0;
+};
+
+}  // namespace chorus::transport
