@@ -52,6 +52,7 @@ const char kHelp[] =
     "environment set for each rank:\n"
     "  CHORUS_ROOT=127.0.0.1:<free port>        (kept if already set)\n"
     "  CHORUS_SECRET=<16 random hex digits>     (kept if already set)\n"
+    "  CHORUS_SOCKET_IFNAME==lo                 (kept if already set: all ranks are local)\n"
     "  CHORUS_RANK, CHORUS_LOCAL_RANK           0..N-1\n"
     "  CHORUS_NRANKS, CHORUS_LOCAL_NRANKS       N\n"
     "\n"
@@ -444,6 +445,8 @@ int main(int argc, char** argv) {
     }
     setenv("CHORUS_SECRET", secret.c_str(), 1);
   }
+  // Every rank is on this machine, so peers talk over loopback unless the user chose an interface.
+  setenv("CHORUS_SOCKET_IFNAME", "=lo", 0);
   setenv("CHORUS_NRANKS", std::to_string(nranks).c_str(), 1);
   setenv("CHORUS_LOCAL_NRANKS", std::to_string(nranks).c_str(), 1);
 

@@ -2,6 +2,7 @@
 // tests do). Failures are collected and asserted on the main thread.
 #pragma once
 
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -15,6 +16,7 @@ namespace chorus::test {
 // Runs body(rank, comm) on nranks threads and returns every failure text ("" entries omitted). The
 // communicators are destroyed after body returns (unless body set comm to nullptr).
 inline std::vector<std::string> runRanks(int nranks, const std::function<void(int, chorusComm_t&)>& body) {
+  setenv("CHORUS_SOCKET_IFNAME", "=lo", 0);  // in-process ranks: keep traffic on loopback unless told otherwise
   chorusUniqueId id;
   std::vector<std::string> errors;
   std::mutex mu;

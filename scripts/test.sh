@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds Chorus (warnings are errors), runs the whole test suite, then the unit tests
+# again under AddressSanitizer+UBSan and the threaded ones under ThreadSanitizer. Ends with "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh || exit 1
+jobs=$(nproc)
+
+build() {  # build <dir> <meson options...>
+  local dir=$1; shift
+  if [ -f "$dir/build.ninja" ]; then meson setup --reconfigure "$dir" "$@" >/dev/null
+  else meson setup "$dir" "$@" >/dev/null; fi && ninja -C "$dir" -j"$jobs" >/dev/null
+}
+
+status=0
+build build -Dwerror=true -Dbuildtype=debugoptimized || { echo "build failed"; ninja -C build -j1 | tail -40; exit 1; }
+meson test -C build --print-errorlogs --num-processes 1 || status=1
+
+# Sanitizers: the in-process suites (threads as ranks) plus the kernels.
+build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dmicrobench=disabled \
+  || { echo "asan build failed"; exit 1; }
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  meson test -C build-asan --print-errorlogs --num-processes 1 reduce smoke errors || status=1
+build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dmicrobench=disabled \
+  || { echo "tsan build failed"; exit 1; }
+TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 smoke errors || status=1
+
+python3 scripts/test_summary.py build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
+  build-tsan/meson-logs/testlog.json
+exit $status
