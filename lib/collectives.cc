@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "lib/kernels/reduce.h"
 #include "lib/log.h"
 
 namespace chorus {
@@ -28,12 +29,24 @@ TaggedCall tagCall(Comm& comm, const algo::CollArgs& a) {
 }
 
 namespace {
+
+// AUTO: below this size an allreduce is latency-bound, and recursive doubling's log2(n) exchanges beat the
+// ring's 2(n-1) steps even though each exchange carries the whole buffer (measured in bench/: README.md).
+constexpr size_t kRecursiveDoublingMaxBytes = 32 * 1024;
+
+bool useRecursiveDoubling(const Comm& comm, const algo::CollArgs& a) {
+  if (comm.config().algo == Algo::Ring) return false;
+  return a.count * kernels::dataTypeSize(a.dtype) <= kRecursiveDoublingMaxBytes;
+}
+
 void runOne(Comm& comm, const TaggedCall& c) {
   const algo::CollArgs& a = c.args;
   CHORUS_DEBUG(kColl, "{} {} sendbuff {} recvbuff {}", comm.name(), transport::describe(c.tag), a.sendbuff,
                a.recvbuff);
   switch (a.kind) {
-    case OpKind::AllReduce: return algo::ringAllReduce(comm, c.tag, a);
+    case OpKind::AllReduce:
+      if (useRecursiveDoubling(comm, a)) return algo::recursiveDoublingAllReduce(comm, c.tag, a);
+      return algo::ringAllReduce(comm, c.tag, a);
     case OpKind::ReduceScatter: return algo::ringReduceScatter(comm, c.tag, a);
     case OpKind::AllGather: return algo::ringAllGather(comm, c.tag, a);
     case OpKind::Broadcast: return algo::chainBroadcast(comm, c.tag, a);

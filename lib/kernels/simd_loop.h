@@ -2,57 +2,104 @@
 // that an instantiation compiled with AVX-512 flags can never be picked by the linker for another TU.
 #pragma once
 
+#include <xmmintrin.h>  // _mm_sfence (SSE, baseline x86-64)
+
 #include <cstddef>
+#include <cstdint>
 
 namespace chorus::kernels::detail {
 namespace {
 
-// A Codec loads kBytes of memory (kBytes / kElem elements) into a compute register V and stores it back;
-// an Op combines two registers. Pointers may have any alignment and dst may equal a or b exactly.
-template <class Codec, class Op>
-void binaryLoop(void* dst, const void* a, const void* b, size_t n) {
+// Destinations at least this large cannot stay in cache anyway: non-temporal stores skip the read-for-ownership
+// of each destination line, a quarter less memory traffic (about 1.4x faster at 64 MiB on an EPYC).
+constexpr size_t kStreamMinBytes = size_t(8) << 20;
+
+// Two registers handled as one step (bfloat16 splits even and odd elements).
+template <class R>
+struct Pair {
+  R lo, hi;
+};
+template <class Op, class V>
+V apply(V a, V b) { return Op::f(a, b); }
+template <class Op, class R>
+Pair<R> apply(Pair<R> a, Pair<R> b) { return {Op::f(a.lo, b.lo), Op::f(a.hi, b.hi)}; }
+template <class Op, class V, class R>
+V apply1(V a, R d) { return Op::f(a, d); }
+template <class Op, class R>
+Pair<R> apply1(Pair<R> a, R d) { return {Op::f(a.lo, d), Op::f(a.hi, d)}; }
+
+// A Codec loads kBytes of memory (kBytes / kElem elements) into a compute value V, stores it back (store:
+// any alignment; stream: non-temporal, kBytes-aligned); an Op combines two registers.
+// Whole blocks of four vectors, then single vectors; returns the bytes done.
+template <class Codec, class Op, bool kStream>
+size_t blocks(unsigned char* d, const unsigned char* x, const unsigned char* y, size_t bytes) {
   constexpr size_t kB = Codec::kBytes;
-  auto* d = static_cast<unsigned char*>(dst);
-  const auto* x = static_cast<const unsigned char*>(a);
-  const auto* y = static_cast<const unsigned char*>(b);
-  const size_t bytes = n * Codec::kElem;
+  auto put = [d](size_t at, auto v) {
+    if constexpr (kStream) Codec::stream(d + at, v);
+    else Codec::store(d + at, v);
+  };
   size_t i = 0;
-  // Four independent vectors per trip keep enough loads in flight to saturate memory bandwidth.
+  // Four independent vectors per trip keep enough loads in flight to saturate memory bandwidth. All loads
+  // of a trip precede its stores, which is what makes exact aliasing (d == x or d == y) safe.
   for (; i + 4 * kB <= bytes; i += 4 * kB) {
-    auto r0 = Op::f(Codec::load(x + i), Codec::load(y + i));
-    auto r1 = Op::f(Codec::load(x + i + kB), Codec::load(y + i + kB));
-    auto r2 = Op::f(Codec::load(x + i + 2 * kB), Codec::load(y + i + 2 * kB));
-    auto r3 = Op::f(Codec::load(x + i + 3 * kB), Codec::load(y + i + 3 * kB));
-    Codec::store(d + i, r0);
-    Codec::store(d + i + kB, r1);
-    Codec::store(d + i + 2 * kB, r2);
-    Codec::store(d + i + 3 * kB, r3);
+    auto r0 = apply<Op>(Codec::load(x + i), Codec::load(y + i));
+    auto r1 = apply<Op>(Codec::load(x + i + kB), Codec::load(y + i + kB));
+    auto r2 = apply<Op>(Codec::load(x + i + 2 * kB), Codec::load(y + i + 2 * kB));
+    auto r3 = apply<Op>(Codec::load(x + i + 3 * kB), Codec::load(y + i + 3 * kB));
+    put(i, r0);
+    put(i + kB, r1);
+    put(i + 2 * kB, r2);
+    put(i + 3 * kB, r3);
   }
-  for (; i + kB <= bytes; i += kB) Codec::store(d + i, Op::f(Codec::load(x + i), Codec::load(y + i)));
+  for (; i + kB <= bytes; i += kB) put(i, apply<Op>(Codec::load(x + i), Codec::load(y + i)));
+  return i;
+}
+
+// Regular stores, any length: the tail runs the same vector code on zero-padded copies, so its results are
+// bit-identical to the body's.
+template <class Codec, class Op>
+void span(unsigned char* d, const unsigned char* x, const unsigned char* y, size_t bytes) {
+  constexpr size_t kB = Codec::kBytes;
+  const size_t i = blocks<Codec, Op, false>(d, x, y, bytes);
   if (i < bytes) {
-    // Tail: run the same vector code on zero-padded copies so the result is bit-identical to the body.
     alignas(64) unsigned char ta[kB] = {}, tb[kB] = {}, td[kB];
     const size_t rem = bytes - i;
     __builtin_memcpy(ta, x + i, rem);
     __builtin_memcpy(tb, y + i, rem);
-    Codec::store(td, Op::f(Codec::load(ta), Codec::load(tb)));
+    Codec::store(td, apply<Op>(Codec::load(ta), Codec::load(tb)));
     __builtin_memcpy(d + i, td, rem);
   }
 }
 
-// buf[i] = buf[i] / divisor, with dv the divisor already splatted into a compute register.
-template <class Codec, class Div, class V>
-void scaleLoop(void* buf, size_t n, V dv) {
+template <class Codec, class Op>
+void binaryLoop(void* dst, const void* a, const void* b, size_t n) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* x = static_cast<const unsigned char*>(a);
+  const auto* y = static_cast<const unsigned char*>(b);
+  const size_t bytes = n * Codec::kElem;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(d);
+  if (bytes < kStreamMinBytes || addr % Codec::kElem != 0) return span<Codec, Op>(d, x, y, bytes);
+  // Stream from the first 64-byte boundary (a whole number of elements away, since addr % kElem == 0).
+  const size_t head = (64 - addr % 64) % 64;
+  span<Codec, Op>(d, x, y, head);
+  const size_t done = head + blocks<Codec, Op, true>(d + head, x + head, y + head, bytes - head);
+  _mm_sfence();  // non-temporal stores are weakly ordered: publish them before any later release store
+  span<Codec, Op>(d + done, x + done, y + done, bytes - done);
+}
+
+// buf[i] = buf[i] / divisor, with dv the divisor already splatted into a register.
+template <class Codec, class Div, class R>
+void scaleLoop(void* buf, size_t n, R dv) {
   constexpr size_t kB = Codec::kBytes;
   auto* p = static_cast<unsigned char*>(buf);
   const size_t bytes = n * Codec::kElem;
   size_t i = 0;
-  for (; i + kB <= bytes; i += kB) Codec::store(p + i, Div::f(Codec::load(p + i), dv));
+  for (; i + kB <= bytes; i += kB) Codec::store(p + i, apply1<Div>(Codec::load(p + i), dv));
   if (i < bytes) {
     alignas(64) unsigned char t[kB] = {};
     const size_t rem = bytes - i;
     __builtin_memcpy(t, p + i, rem);
-    Codec::store(t, Div::f(Codec::load(t), dv));
+    Codec::store(t, apply1<Div>(Codec::load(t), dv));
     __builtin_memcpy(p + i, t, rem);
   }
 }
