@@ -253,7 +253,7 @@ double timeGroup(const Coll& coll, const Ctx& x, const Args& a, size_t bytes, co
     launch(coll, x, s, r, b);
     elapsed += now() - t0;
     iters += b;
-    if (a.adaptive && iters < planned && allReduce1(elapsed, chorusMax) > a.seconds) break;
+    if (a.adaptive && iters < planned && iters >= 3 && allReduce1(elapsed, chorusMax) > a.seconds) break;
   }
   return elapsed / static_cast<double>(iters);
 }
@@ -287,10 +287,10 @@ void printHeader(const Coll& coll, const Args& a, int argc, char** argv, int nra
   for (int i = 1; i < argc; i++) args += std::string(" ") + argv[i];
   printf("# Chorus %d.%d.%d  %s  nranks %d\n", ver / 10000, ver / 100 % 100, ver % 100, coll.name, nranks);
   printf("# args:%s\n", args.empty() ? " (defaults)" : args.c_str());
-  printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d validation: %d blocking: %d"
-         " adaptive: %d",
-         a.minBytes, a.maxBytes, a.factor, a.warmup, a.iters, a.check, a.blocking, a.adaptive);
-  if (a.adaptive) printf(" (%g s/size, <= 1000 iters, <= 512 MiB/size; -n/-w ignored)", a.seconds);
+  printf("# minBytes %zu maxBytes %zu step: %g(factor) ", a.minBytes, a.maxBytes, a.factor);
+  if (a.adaptive) printf("warmup iters: adaptive iters: adaptive (%g s/size, 3..1000, <= 512 MiB/size)", a.seconds);
+  else printf("warmup iters: %d iters: %d", a.warmup, a.iters);
+  printf(" validation: %d blocking: %d", a.check, a.blocking);
   printf("\n#\n# Using ranks\n");
   for (int r = 0; r < nranks; r++) printf("#  Rank %2d %s\n", r, all.c_str() + 64 * static_cast<size_t>(r));
   printf("# time = average per op, averaged across ranks; algbw = size/time; busbw = algbw*%g (n=%d);"

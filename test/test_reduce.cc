@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
-#include <random>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -148,36 +147,48 @@ bool elemOk(chorusDataType_t dt, chorusRedOp_t op, const unsigned char* a, const
   return false;
 }
 
-// Random bit patterns; float types get any finite value (subnormals and near-overflow included, no NaN/inf).
-std::vector<unsigned char> randomData(chorusDataType_t dt, size_t count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
+// splitmix64: cheap, and plenty random for test data.
+struct Rng {
+  uint64_t s;
+  uint64_t operator()() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+// Random bit patterns into v; float types get any finite value (subnormals and near-overflow included).
+void randomData(std::vector<unsigned char>& v, chorusDataType_t dt, size_t count, uint64_t seed) {
+  Rng rng{seed};
   const size_t es = dataTypeSize(dt);
-  std::vector<unsigned char> v(count * es);
+  v.resize(count * es);
+  const uint64_t expMask = dt == chorusFloat16 ? 0x7c00 : dt == chorusBfloat16 ? 0x7f80
+                           : dt == chorusFloat32 ? 0x7f800000 : dt == chorusFloat64 ? 0x7ff0000000000000ull : 0;
   for (size_t i = 0; i < count; ++i) {
     uint64_t bits = rng();
-    auto finite = [&](uint64_t expMask) {
-      while ((bits & expMask) == expMask) bits = rng();
-    };
-    if (dt == chorusFloat16) finite(0x7c00);
-    if (dt == chorusBfloat16) finite(0x7f80);
-    if (dt == chorusFloat32) finite(0x7f800000);
-    if (dt == chorusFloat64) finite(0x7ff0000000000000ull);
+    while (expMask && (bits & expMask) == expMask) bits = rng();
     std::memcpy(v.data() + i * es, &bits, es);
   }
+}
+std::vector<unsigned char> randomData(chorusDataType_t dt, size_t count, uint64_t seed) {
+  std::vector<unsigned char> v;
+  randomData(v, dt, count, seed);
   return v;
 }
 
 // Reusable memory holding `bytes` at a chosen offset (to misalign on purpose) between two canary zones.
-// Reused across iterations: fresh multi-megabyte allocations would spend the test's time in page faults.
+// Shared by all tests: fresh multi-megabyte allocations would spend the test's time in page faults.
 struct Arena {
   static constexpr size_t kPad = 64;
   std::vector<unsigned char> mem;
   size_t off = 0, bytes = 0;
+  // Copies init (or, when init is null, fills with 0x5A: a destination that must be overwritten everywhere).
   unsigned char* load(const unsigned char* init, size_t n, size_t offset) {
     if (mem.size() < n + 2 * kPad + 16) mem.resize(n + 2 * kPad + 16);
     off = kPad + offset, bytes = n;
     std::memset(mem.data(), 0xA5, off);
-    if (n) std::memcpy(mem.data() + off, init, n);
+    if (n) init ? (void)std::memcpy(mem.data() + off, init, n) : (void)std::memset(mem.data() + off, 0x5A, n);
     std::memset(mem.data() + off + n, 0xA5, kPad);
     return p();
   }
@@ -193,6 +204,14 @@ struct Arena {
     return true;
   }
 };
+Arena& arena(int i) {
+  static Arena a[4];
+  return a[i];
+}
+std::vector<unsigned char>& scratch(int i) {
+  static std::vector<unsigned char> v[3];
+  return v[i];
+}
 
 class ReduceTest : public ::testing::TestWithParam<std::tuple<chorusDataType_t, chorusRedOp_t>> {};
 
@@ -201,14 +220,14 @@ TEST_P(ReduceTest, AllIsasAliasesAlignments) {
   const auto [dt, op] = GetParam();
   const size_t es = dataTypeSize(dt);
   const auto isas = availableIsas();
-  Arena ga, gb, gd;
+  Arena &ga = arena(0), &gb = arena(1), &gd = arena(2);
+  auto &a = scratch(0), &b = scratch(1), &want = scratch(2);
   for (size_t count : kCounts) {
     SCOPED_TRACE("count=" + std::to_string(count));
-    const auto a = randomData(dt, count, count * 131 + unsigned(dt) * 7 + unsigned(op));
-    const auto b = randomData(dt, count, count * 977 + unsigned(dt) * 5 + unsigned(op) + 1);
+    randomData(a, dt, count, count * 131 + unsigned(dt) * 7 + unsigned(op));
+    randomData(b, dt, count, count * 977 + unsigned(dt) * 5 + unsigned(op) + 1);
     // Portable, separate aligned buffers, against the independent reference.
-    std::vector<unsigned char> want(count * es);
-    const std::vector<unsigned char> junk(count * es, 0x5A);  // initial dst: must be overwritten everywhere
+    want.resize(count * es);
     ASSERT_TRUE(forceIsa("portable"));
     reduce(want.data(), a.data(), b.data(), count, dt, op);
     for (size_t i = 0; i < count; ++i)
@@ -224,7 +243,7 @@ TEST_P(ReduceTest, AllIsasAliasesAlignments) {
           SCOPED_TRACE(std::string(isa) + " alias=" + std::to_string(alias) + " layout=" + std::to_string(k));
           ga.load(a, offsets[k][1]);
           gb.load(b, offsets[k][2]);
-          gd.load(junk.data(), alias == 0 ? junk.size() : 0, offsets[k][0]);
+          gd.load(nullptr, alias == 0 ? count * es : 0, offsets[k][0]);
           unsigned char* dst = alias == 1 ? ga.p() : alias == 2 ? gb.p() : gd.p();
           reduce(dst, ga.p(), gb.p(), count, dt, op);
           EXPECT_TRUE(count == 0 || std::memcmp(dst, want.data(), count * es) == 0);
@@ -247,6 +266,38 @@ INSTANTIATE_TEST_SUITE_P(Kernels, ReduceTest, ::testing::Combine(::testing::Valu
                            return std::string(dataTypeName(std::get<0>(info.param))) + "_" +
                                   redOpName(std::get<1>(info.param));
                          });
+
+// Destinations of 8 MiB and more take the non-temporal store path: head peeled to a 64-byte boundary when
+// dst is element-aligned, plain stores otherwise.
+TEST(Reduce, LargeStreamingStores) {
+  IsaGuard guard;
+  const auto isas = availableIsas();
+  Arena &ga = arena(0), &gb = arena(1), &gd = arena(2);
+  auto &a = scratch(0), &b = scratch(1), &want = scratch(2);
+  for (chorusDataType_t dt : {chorusInt8, chorusFloat32, chorusBfloat16}) {
+    const size_t es = dataTypeSize(dt), count = (size_t(9) << 20) / es + 13;
+    randomData(a, dt, count, 11);
+    randomData(b, dt, count, 12);
+    want.resize(count * es);
+    ASSERT_TRUE(forceIsa("portable"));
+    reduce(want.data(), a.data(), b.data(), count, dt, chorusSum);
+    const size_t layouts[][2] = {{0, 0}, {0, 1}, {1, 3 * es}, {2, 8}};  // {alias, offset}
+    for (const char* isa : isas) {
+      ASSERT_TRUE(forceIsa(isa));
+      for (const auto& l : layouts) {
+        SCOPED_TRACE(std::string(isa) + " " + dataTypeName(dt) + " alias=" + std::to_string(l[0]) +
+                     " off=" + std::to_string(l[1]));
+        ga.load(a, l[0] == 1 ? l[1] : 0);
+        gb.load(b, l[0] == 2 ? l[1] : 0);
+        gd.load(nullptr, l[0] == 0 ? count * es : 0, l[1]);
+        unsigned char* dst = l[0] == 1 ? ga.p() : l[0] == 2 ? gb.p() : gd.p();
+        reduce(dst, ga.p(), gb.p(), count, dt, chorusSum);
+        EXPECT_EQ(std::memcmp(dst, want.data(), want.size()), 0);
+        EXPECT_TRUE(ga.guardsIntact() && gb.guardsIntact() && gd.guardsIntact());
+      }
+    }
+  }
+}
 
 // ---- scaleDivide ----
 
@@ -278,14 +329,15 @@ bool divOk(chorusDataType_t dt, const unsigned char* in, const unsigned char* ou
 TEST(ScaleDivide, AllTypesIsasAlignments) {
   IsaGuard guard;
   const auto isas = availableIsas();
-  Arena g;
+  Arena& g = arena(3);
+  auto &in = scratch(0), &want = scratch(1);
   for (chorusDataType_t dt : kTypes) {
     const size_t es = dataTypeSize(dt);
     for (int d : {1, 2, 3, 7, -1, -3, 1000}) {
       for (size_t count : {size_t(0), size_t(1), size_t(15), size_t(33), size_t(65), size_t(1000), size_t(100003)}) {
         SCOPED_TRACE(std::string(dataTypeName(dt)) + " d=" + std::to_string(d) + " count=" + std::to_string(count));
-        const auto in = randomData(dt, count, count + unsigned(dt) * 1000 + unsigned(d + 10));
-        auto want = in;
+        randomData(in, dt, count, count + unsigned(dt) * 1000 + unsigned(d + 10));
+        want = in;
         ASSERT_TRUE(forceIsa("portable"));
         scaleDivide(want.data(), count, dt, d);
         for (size_t i = 0; i < count; ++i) ASSERT_TRUE(divOk(dt, in.data(), want.data(), i, d)) << "at " << i;
@@ -333,7 +385,7 @@ TEST(Special, Float16RoundTripsExhaustive) {
 // Every 16-bit pattern (NaN, inf, subnormals) summed and multiplied with random patterns: nearest-even on all paths.
 TEST(Special, Float16AllPatternsNearestEven) {
   IsaGuard guard;
-  std::mt19937 rng(7);
+  Rng rng{7};
   for (chorusDataType_t dt : {chorusFloat16, chorusBfloat16}) {
     const Fmt16& f = dt == chorusFloat16 ? kHalf : kBf16;
     std::vector<uint16_t> a(65536), b(65536), out(65536);

@@ -18,18 +18,21 @@ struct IntCodec {
   static constexpr size_t kElem = E, kBytes = 32;
   static V load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static void store(unsigned char* p, V v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+  static void stream(unsigned char* p, V v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v); }
 };
 struct F32Codec {
   using V = __m256;
   static constexpr size_t kElem = 4, kBytes = 32;
   static V load(const unsigned char* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
   static void store(unsigned char* p, V v) { _mm256_storeu_ps(reinterpret_cast<float*>(p), v); }
+  static void stream(unsigned char* p, V v) { _mm256_stream_ps(reinterpret_cast<float*>(p), v); }
 };
 struct F64Codec {
   using V = __m256d;
   static constexpr size_t kElem = 8, kBytes = 32;
   static V load(const unsigned char* p) { return _mm256_loadu_pd(reinterpret_cast<const double*>(p)); }
   static void store(unsigned char* p, V v) { _mm256_storeu_pd(reinterpret_cast<double*>(p), v); }
+  static void stream(unsigned char* p, V v) { _mm256_stream_pd(reinterpret_cast<double*>(p), v); }
 };
 // 8 halves <-> 8 floats through F16C; the store rounds to nearest even.
 struct F16Codec {
@@ -41,26 +44,36 @@ struct F16Codec {
   static void store(unsigned char* p, V v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
+  static void stream(unsigned char* p, V v) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
 };
-// bfloat16 is the top half of a float: widen by shifting; narrow with round-to-nearest-even on the bits.
+struct F32Pair {
+  __m256 lo, hi;
+};
+
+// bfloat16 is the top half of a float32. Even elements are shifted up into float position, odd ones are
+// already there once the low half is masked off: no shuffles. Every op is element-wise, so the split
+// order is harmless as long as store() undoes it.
 struct Bf16Codec {
-  using V = __m256;
-  static constexpr size_t kElem = 2, kBytes = 16;
+  using V = F32Pair;  // lo: even elements, hi: odd elements
+  static constexpr size_t kElem = 2, kBytes = 32;
   static V load(const unsigned char* p) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return {_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)),
+            _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(-65536)))};  // 0xffff0000
   }
-  static void store(unsigned char* p, V v) {
-    const __m256i x = _mm256_castps_si256(v);
+  // Round to nearest even into the upper 16 bits. A NaN stays a NaN without a special case: every float
+  // reaching here is a bfloat16 input, the finite divisor, or an SSE result of those, and x86 NaN results are
+  // the default NaN or a quieted operand, all with a zero low half, so the increment never carries.
+  static __m256i round(__m256 f) {
+    const __m256i x = _mm256_castps_si256(f);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    // NaN: truncate and set the quiet bit, so rounding can never turn it into infinity.
-    const __m256i nan = _mm256_srli_epi32(_mm256_or_si256(x, _mm256_set1_epi32(0x400000)), 16);
-    r = _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-    // Values are < 2^16, so the unsigned-saturating pack is an exact narrowing.
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+    return _mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
   }
+  static __m256i pack(V v) { return _mm256_blend_epi16(_mm256_srli_epi32(round(v.lo), 16), round(v.hi), 0xAA); }
+  static void store(unsigned char* p, V v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pack(v)); }
+  static void stream(unsigned char* p, V v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack(v)); }
 };
 
 // ---- ops ----

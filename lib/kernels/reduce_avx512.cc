@@ -3,6 +3,7 @@
 // GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_*, GCC PR 105593); the pragma must cover
 // the header's text, where the warning is located after inlining.
 #pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
@@ -23,18 +24,21 @@ struct IntCodec {
   static constexpr size_t kElem = E, kBytes = 64;
   static V load(const unsigned char* p) { return _mm512_loadu_si512(p); }
   static void store(unsigned char* p, V v) { _mm512_storeu_si512(p, v); }
+  static void stream(unsigned char* p, V v) { _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v); }
 };
 struct F32Codec {
   using V = __m512;
   static constexpr size_t kElem = 4, kBytes = 64;
   static V load(const unsigned char* p) { return _mm512_loadu_ps(p); }
   static void store(unsigned char* p, V v) { _mm512_storeu_ps(p, v); }
+  static void stream(unsigned char* p, V v) { _mm512_stream_ps(reinterpret_cast<float*>(p), v); }
 };
 struct F64Codec {
   using V = __m512d;
   static constexpr size_t kElem = 8, kBytes = 64;
   static V load(const unsigned char* p) { return _mm512_loadu_pd(p); }
   static void store(unsigned char* p, V v) { _mm512_storeu_pd(p, v); }
+  static void stream(unsigned char* p, V v) { _mm512_stream_pd(reinterpret_cast<double*>(p), v); }
 };
 // 16 halves <-> 16 floats; the store rounds to nearest even.
 struct F16Codec {
@@ -46,25 +50,39 @@ struct F16Codec {
   static void store(unsigned char* p, V v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
+  static void stream(unsigned char* p, V v) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
 };
-// bfloat16 is the top half of a float: widen by shifting; narrow with round-to-nearest-even on the bits.
-// (AVX512_BF16's vcvtneps2bf16 is not used: it is not in the required feature set.)
+struct F32Pair {
+  __m512 lo, hi;
+};
+
+// bfloat16 is the top half of a float32. Even elements are shifted up into float position, odd ones are
+// already there once the low half is masked off: no shuffles. Every op is element-wise, so the split
+// order is harmless as long as store() undoes it. (AVX512_BF16's vcvtneps2bf16 is not used: it is outside
+// the required feature set and flushes denormals.)
 struct Bf16Codec {
-  using V = __m512;
-  static constexpr size_t kElem = 2, kBytes = 32;
+  using V = F32Pair;  // lo: even elements, hi: odd elements
+  static constexpr size_t kElem = 2, kBytes = 64;
   static V load(const unsigned char* p) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    const __m512i v = _mm512_loadu_si512(p);
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
+            _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(-65536)))};  // 0xffff0000
   }
-  static void store(unsigned char* p, V v) {
-    const __m512i x = _mm512_castps_si512(v);
+  // Round to nearest even into the upper 16 bits. A NaN stays a NaN without a special case: every float
+  // reaching here is a bfloat16 input, the finite divisor, or an SSE result of those, and x86 NaN results are
+  // the default NaN or a quieted operand, all with a zero low half, so the increment never carries.
+  static __m512i round(__m512 f) {
+    const __m512i x = _mm512_castps_si512(f);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    // NaN: truncate and set the quiet bit, so rounding can never turn it into infinity.
-    const __m512i nan = _mm512_srli_epi32(_mm512_or_si512(x, _mm512_set1_epi32(0x400000)), 16);
-    r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, nan);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));  // exact: values < 2^16
+    return _mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
   }
+  static __m512i pack(V v) {
+    return _mm512_mask_blend_epi16(__mmask32(0xAAAAAAAAu), _mm512_srli_epi32(round(v.lo), 16), round(v.hi));
+  }
+  static void store(unsigned char* p, V v) { _mm512_storeu_si512(p, pack(v)); }
+  static void stream(unsigned char* p, V v) { _mm512_stream_si512(reinterpret_cast<__m512i*>(p), pack(v)); }
 };
 
 // ---- ops ----

@@ -1,0 +1,1019 @@
+// The full correctness matrix: every collective x datatype x reduction op x count x nranks, in place and out of
+// place, blocking (stream NULL), on a stream (one synchronize per call) and queued back-to-back on two streams
+// (one synchronize per batch), with the root varied for Broadcast/Reduce.
+//
+// Layout: one parametrised test per (collective, nranks) builds one communicator per rank and runs a list of
+// cases through it (communicator creation is the expensive part). Each case fills its buffers from
+// (seed, rank, index), runs the call, then checks on every rank:
+//   * the output against a reference computed here, element by element (int64/uint64/double arithmetic, then
+//     converted to the datatype; integers wrap exactly as two's complement; Avg = sum / nranks with C
+//     truncation for integers);
+//   * out of place: that sendbuff is bit-for-bit unchanged; in place: that input-only parts are unchanged;
+//   * that GUARD bytes before and after every buffer, and buffers the API says are not written (Reduce's
+//     recvbuff on non-roots, a pair-less rank's recvbuff), still hold their fill pattern.
+// One third of the cases offsets every buffer by 1..7 bytes (the header promises any alignment).
+//
+// Inputs are chosen so that the arithmetic is exact in every type, so results are compared exactly, except Avg
+// of floating types (rounding of sum / nranks), compared with a relative tolerance: 1e-2 for float16 and
+// bfloat16, 1e-6 for float32, 1e-12 for float64 (|actual - expected| <= tol * |expected|).
+//   integers, sum/max/min: the full bit range (wraparound, sign and high bits exercised);
+//   integers, prod: {-2,-1,1,2,3} (signed) or {1,2,3} (unsigned); int8/uint8 products wrap (defined behaviour);
+//   integers, avg: [-15, 15] (signed) or [0, 31] (unsigned), so the sum of 8 never wraps even in 8 bits;
+//   floats, sum/avg: multiples of 0.25 in [-2, 2] (every partial sum of <= 8 is exact in bfloat16);
+//   floats, prod: {+-0.5, +-1, +-2} (products are powers of two within float16/bfloat16 range);
+//   floats, max/min: multiples of 0.25 in [-16, 16];
+//   data-movement collectives: arbitrary bit patterns (NaNs included), compared bit for bit.
+//
+// Nothing is printed per case. A failure names collective, nranks, rank, dtype, op, count, mode, placement,
+// root and misalignment, the buffer, and its first wrong index with expected and actual values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "test/ranks.h"
+
+namespace {
+
+using chorus::test::check;
+using chorus::test::runRanks;
+
+// ------------------------------------------------------------------------------------------------------------
+// Datatypes and ops (names and sizes written out here, independent of the library).
+
+const chorusDataType_t kAllTypes[] = {chorusInt8,    chorusUint8,   chorusInt32,   chorusUint32, chorusInt64,
+                                      chorusUint64,  chorusFloat16, chorusFloat32, chorusFloat64, chorusBfloat16};
+const chorusRedOp_t kAllOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
+
+size_t typeSize(chorusDataType_t dt) {
+  switch (dt) {
+    case chorusInt8: case chorusUint8: return 1;
+    case chorusFloat16: case chorusBfloat16: return 2;
+    case chorusInt32: case chorusUint32: case chorusFloat32: return 4;
+    case chorusInt64: case chorusUint64: case chorusFloat64: return 8;
+  }
+  return 0;
+}
+
+const char* typeName(chorusDataType_t dt) {
+  switch (dt) {
+    case chorusInt8: return "int8";
+    case chorusUint8: return "uint8";
+    case chorusInt32: return "int32";
+    case chorusUint32: return "uint32";
+    case chorusInt64: return "int64";
+    case chorusUint64: return "uint64";
+    case chorusFloat16: return "float16";
+    case chorusFloat32: return "float32";
+    case chorusFloat64: return "float64";
+    case chorusBfloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+const char* opName(chorusRedOp_t op) {
+  switch (op) {
+    case chorusSum: return "sum";
+    case chorusProd: return "prod";
+    case chorusMax: return "max";
+    case chorusMin: return "min";
+    case chorusAvg: return "avg";
+  }
+  return "?";
+}
+
+bool isFloat(chorusDataType_t dt) {
+  return dt == chorusFloat16 || dt == chorusFloat32 || dt == chorusFloat64 || dt == chorusBfloat16;
+}
+bool isSigned(chorusDataType_t dt) { return dt == chorusInt8 || dt == chorusInt32 || dt == chorusInt64; }
+
+// Relative tolerance for Avg of floating types (see the top comment).
+double avgTolerance(chorusDataType_t dt) {
+  switch (dt) {
+    case chorusFloat16: case chorusBfloat16: return 1e-2;
+    case chorusFloat32: return 1e-6;
+    default: return 1e-12;
+  }
+}
+
+// ---- float16 / bfloat16 <-> float, round to nearest even ----
+
+uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  const int e = static_cast<int>(ax >> 23);                          // biased float exponent
+  const uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
+  if (e > 142) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 2^16 (and inf): infinity
+  if (e >= 113) {                                            // a normal half (carry may round up to inf)
+    uint32_t h = (static_cast<uint32_t>(e - 112) << 10) | ((ax & 0x7fffffu) >> 13);
+    const uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  if (ax == 0) return sign;
+  const int shift = 126 - e;  // half subnormal: mant * 2^(e-150) / 2^-24
+  if (shift > 24) return sign;
+  uint32_t m = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+  if (rem > halfway || (rem == halfway && (m & 1u))) ++m;
+  return static_cast<uint16_t>(sign | m);
+}
+
+float halfToFloat(uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  float v;
+  if (e == 31) v = m ? NAN : INFINITY;
+  else if (e == 0) v = std::ldexp(static_cast<float>(m), -24);
+  else v = std::ldexp(static_cast<float>(1024 + m), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+uint16_t floatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float bf16ToFloat(uint16_t b) {
+  uint32_t x = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+// ---- raw elements: the element's bytes, little-endian, zero-extended into a uint64 ----
+
+uint64_t readRaw(const uint8_t* p, size_t es) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, es);
+  return v;
+}
+void writeRaw(uint8_t* p, size_t es, uint64_t v) { std::memcpy(p, &v, es); }
+
+uint64_t truncRaw(chorusDataType_t dt, uint64_t v) {
+  size_t es = typeSize(dt);
+  return es == 8 ? v : v & ((uint64_t{1} << (8 * es)) - 1);
+}
+int64_t signExtend(chorusDataType_t dt, uint64_t raw) {
+  const int drop = 64 - 8 * static_cast<int>(typeSize(dt));
+  return static_cast<int64_t>(raw << drop) >> drop;
+}
+
+double rawToDouble(chorusDataType_t dt, uint64_t raw) {
+  switch (dt) {
+    case chorusFloat16: return halfToFloat(static_cast<uint16_t>(raw));
+    case chorusBfloat16: return bf16ToFloat(static_cast<uint16_t>(raw));
+    case chorusFloat32: {
+      uint32_t b = static_cast<uint32_t>(raw);
+      float f;
+      std::memcpy(&f, &b, 4);
+      return f;
+    }
+    case chorusFloat64: {
+      double d;
+      std::memcpy(&d, &raw, 8);
+      return d;
+    }
+    default: return isSigned(dt) ? static_cast<double>(signExtend(dt, raw)) : static_cast<double>(raw);
+  }
+}
+
+uint64_t doubleToRaw(chorusDataType_t dt, double v) {
+  switch (dt) {
+    case chorusFloat16: return floatToHalf(static_cast<float>(v));
+    case chorusBfloat16: return floatToBf16(static_cast<float>(v));
+    case chorusFloat32: {
+      float f = static_cast<float>(v);
+      uint32_t b;
+      std::memcpy(&b, &f, 4);
+      return b;
+    }
+    case chorusFloat64: {
+      uint64_t b;
+      std::memcpy(&b, &v, 8);
+      return b;
+    }
+    default: return truncRaw(dt, static_cast<uint64_t>(static_cast<int64_t>(v)));
+  }
+}
+
+std::string showRaw(chorusDataType_t dt, uint64_t raw) {
+  char buf[96];
+  if (isFloat(dt))
+    std::snprintf(buf, sizeof buf, "%.9g (0x%llx)", rawToDouble(dt, raw), static_cast<unsigned long long>(raw));
+  else if (isSigned(dt))
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(signExtend(dt, raw)));
+  else
+    std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(raw));
+  return buf;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Deterministic inputs from (seed, rank, index).
+
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+constexpr int kMovement = -1;  // "op" of the inputs of a data-movement collective: any bit pattern
+
+// The raw input element `index` of `rank`, shaped for op (see the top comment).
+uint64_t inputRaw(chorusDataType_t dt, int op, uint64_t seed, int rank, uint64_t index) {
+  const uint64_t h = mix(mix(seed ^ (static_cast<uint64_t>(rank) << 52)) ^ index);
+  if (op == kMovement) return truncRaw(dt, h);
+  if (!isFloat(dt)) {
+    switch (op) {
+      case chorusProd: {
+        static const int64_t kSigned[] = {-2, -1, 1, 2, 3};
+        int64_t v = isSigned(dt) ? kSigned[h % 5] : static_cast<int64_t>(1 + h % 3);
+        return truncRaw(dt, static_cast<uint64_t>(v));
+      }
+      case chorusAvg: {
+        int64_t v = isSigned(dt) ? static_cast<int64_t>(h % 31) - 15 : static_cast<int64_t>(h % 32);
+        return truncRaw(dt, static_cast<uint64_t>(v));
+      }
+      default: return truncRaw(dt, h);  // sum, max, min: full range
+    }
+  }
+  double v;
+  switch (op) {
+    case chorusProd: {
+      static const double kPow[] = {-2.0, -1.0, -0.5, 0.5, 1.0, 2.0};
+      v = kPow[h % 6];
+      break;
+    }
+    case chorusMax: case chorusMin: v = (static_cast<double>(h % 129) - 64.0) * 0.25; break;
+    default: v = (static_cast<double>(h % 17) - 8.0) * 0.25; break;  // sum, avg
+  }
+  return doubleToRaw(dt, v);
+}
+
+// ---- expected values and how to compare them ----
+
+enum class Cmp { Bytes, Exact, Approx };  // bit-for-bit; numerically equal; within avgTolerance
+struct Want {
+  uint64_t raw = 0;
+  double val = 0;
+  Cmp cmp = Cmp::Bytes;
+};
+
+// Reference reduction over ranks 0..n-1 of get(q) (a raw element), computed in int64/uint64/double.
+template <class Get>
+Want referenceReduce(chorusDataType_t dt, chorusRedOp_t op, int n, Get get) {
+  Want w;
+  if (isFloat(dt)) {
+    double acc = rawToDouble(dt, get(0));
+    for (int q = 1; q < n; ++q) {
+      double v = rawToDouble(dt, get(q));
+      switch (op) {
+        case chorusSum: case chorusAvg: acc += v; break;
+        case chorusProd: acc *= v; break;
+        case chorusMax: acc = v > acc ? v : acc; break;
+        case chorusMin: acc = v < acc ? v : acc; break;
+      }
+    }
+    if (op == chorusAvg) {
+      acc /= n;
+      w.cmp = Cmp::Approx;
+    } else {
+      w.cmp = Cmp::Exact;
+    }
+    w.val = acc;
+    w.raw = doubleToRaw(dt, acc);
+    return w;
+  }
+  const bool sgn = isSigned(dt);
+  auto asU = [&](uint64_t raw) { return sgn ? static_cast<uint64_t>(signExtend(dt, raw)) : raw; };
+  uint64_t acc = asU(get(0));
+  for (int q = 1; q < n; ++q) {
+    uint64_t v = asU(get(q));
+    switch (op) {
+      case chorusSum: case chorusAvg: acc += v; break;  // wraps mod 2^64, hence mod 2^bits
+      case chorusProd: acc *= v; break;
+      case chorusMax:
+        if (sgn ? static_cast<int64_t>(v) > static_cast<int64_t>(acc) : v > acc) acc = v;
+        break;
+      case chorusMin:
+        if (sgn ? static_cast<int64_t>(v) < static_cast<int64_t>(acc) : v < acc) acc = v;
+        break;
+    }
+  }
+  if (op == chorusAvg) {  // the inputs keep the sum in range, so no wrap happened: C division truncates
+    if (sgn) acc = static_cast<uint64_t>(static_cast<int64_t>(acc) / n);
+    else acc = acc / static_cast<uint64_t>(n);
+  }
+  w.raw = truncRaw(dt, acc);
+  w.val = rawToDouble(dt, w.raw);
+  w.cmp = Cmp::Bytes;
+  return w;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Buffers with guard bytes and a known fill pattern.
+
+constexpr size_t kGuard = 64;
+
+uint8_t patternByte(size_t p) { return static_cast<uint8_t>(((p * 167u) + 0x5bu) ^ (p >> 9)); }
+
+class Buf {
+ public:
+  Buf(size_t bytes, size_t misalign) : pre_(kGuard + misalign), bytes_(bytes), mem_(pre_ + bytes + kGuard) {
+    for (size_t p = 0; p < mem_.size(); ++p) mem_[p] = patternByte(p);
+  }
+  uint8_t* data() { return mem_.data() + pre_; }
+  const uint8_t* data() const { return mem_.data() + pre_; }
+  size_t bytes() const { return bytes_; }
+  // First byte in data()[from, to) (offsets relative to data(), may be negative) not holding the pattern.
+  bool patternIntact(long from, long to, long* bad) const {
+    for (long o = from; o < to; ++o) {
+      size_t p = static_cast<size_t>(static_cast<long>(pre_) + o);
+      if (mem_[p] != patternByte(p)) {
+        *bad = o;
+        return false;
+      }
+    }
+    return true;
+  }
+  bool guardsIntact(long* bad) const {
+    return patternIntact(-static_cast<long>(pre_), 0, bad) &&
+           patternIntact(static_cast<long>(bytes_), static_cast<long>(bytes_ + kGuard), bad);
+  }
+  uint8_t patternAt(long o) const { return patternByte(static_cast<size_t>(static_cast<long>(pre_) + o)); }
+
+ private:
+  size_t pre_, bytes_;
+  std::vector<uint8_t> mem_;
+};
+
+struct Report {
+  std::vector<std::string> first;
+  size_t total = 0;
+  void add(std::string s) {
+    if (first.size() < 6) first.push_back(std::move(s));
+    ++total;
+  }
+  void throwIfAny() const {
+    if (total == 0) return;
+    std::string all;
+    for (const auto& s : first) all += "\n    " + s;
+    if (total > first.size()) all += "\n    ... " + std::to_string(total - first.size()) + " more";
+    throw std::runtime_error(std::to_string(total) + " wrong result(s):" + all);
+  }
+};
+
+// ------------------------------------------------------------------------------------------------------------
+// Cases.
+
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, SendRecvRing, SendRecvPairs, Barrier };
+enum class Mode { Blocking, Stream, Queued };
+
+const char* collName(Coll c) {
+  switch (c) {
+    case Coll::AllReduce: return "AllReduce";
+    case Coll::Broadcast: return "Broadcast";
+    case Coll::Reduce: return "Reduce";
+    case Coll::AllGather: return "AllGather";
+    case Coll::ReduceScatter: return "ReduceScatter";
+    case Coll::AllToAll: return "AllToAll";
+    case Coll::SendRecvRing: return "SendRecvRing";
+    case Coll::SendRecvPairs: return "SendRecvPairs";
+    case Coll::Barrier: return "Barrier";
+  }
+  return "?";
+}
+const char* modeName(Mode m) {
+  switch (m) {
+    case Mode::Blocking: return "blocking";
+    case Mode::Stream: return "stream";
+    case Mode::Queued: return "queued";
+  }
+  return "?";
+}
+
+bool isReduction(Coll c) { return c == Coll::AllReduce || c == Coll::Reduce || c == Coll::ReduceScatter; }
+bool isRooted(Coll c) { return c == Coll::Broadcast || c == Coll::Reduce; }
+bool hasInPlace(Coll c) {
+  return c == Coll::AllReduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::AllGather ||
+         c == Coll::ReduceScatter;
+}
+
+struct Case {
+  Coll coll = Coll::AllReduce;
+  chorusDataType_t dt = chorusFloat32;
+  chorusRedOp_t op = chorusSum;  // reductions only
+  size_t count = 0;              // the call's count argument (per-rank block for gather/scatter/alltoall)
+  bool inPlace = false;
+  Mode mode = Mode::Blocking;
+  int root = 0;                  // Broadcast / Reduce
+  size_t misalign = 0;           // bytes added to every buffer's address
+  uint64_t seed = 0;
+  // Optional: for a non-root-less rank, "recvbuff may be NULL" (Reduce) / "sendbuff is not read" (Broadcast):
+  // pass NULL instead of a checked buffer.
+  bool nullUnused = false;
+  const std::vector<double>* reference = nullptr;  // AllReduce only: precomputed expected values (big counts)
+};
+
+std::string describe(const Case& c, int n, int r) {
+  std::string s = std::string(collName(c.coll)) + " nranks=" + std::to_string(n) + " rank=" + std::to_string(r);
+  if (c.coll == Coll::Barrier) return s + " mode=" + modeName(c.mode);
+  s += std::string(" dtype=") + typeName(c.dt);
+  if (isReduction(c.coll)) s += std::string(" op=") + opName(c.op);
+  s += " count=" + std::to_string(c.count) + " mode=" + modeName(c.mode);
+  s += c.inPlace ? " in-place" : " out-of-place";
+  if (isRooted(c.coll)) s += " root=" + std::to_string(c.root);
+  if (c.nullUnused) s += " (NULL unused buffer)";
+  s += " misalign=" + std::to_string(c.misalign);
+  return s;
+}
+
+// One case on one rank: buffers, the call, the checks.
+class Running {
+ public:
+  Running(const Case& c, int n, int r)
+      : c_(c), n_(n), r_(r), es_(typeSize(c.dt)), inOp_(isReduction(c.coll) ? static_cast<int>(c.op) : kMovement) {}
+
+  void prepare() {
+    const size_t cnt = c_.count, nb = cnt * es_, n = static_cast<size_t>(n_), r = static_cast<size_t>(r_);
+    switch (c_.coll) {
+      case Coll::AllReduce:
+        recv_ = make(nb);
+        recvPtr_ = recv_->data();
+        if (c_.inPlace) {
+          fill(*recv_, 0, cnt, r_, 0);
+          sendPtr_ = recvPtr_;
+        } else {
+          send_ = make(nb);
+          fill(*send_, 0, cnt, r_, 0);
+          sendPtr_ = send_->data();
+        }
+        break;
+      case Coll::Broadcast:
+        recv_ = make(nb);
+        recvPtr_ = recv_->data();
+        if (c_.inPlace) {
+          if (r_ == c_.root) fill(*recv_, 0, cnt, r_, 0);
+          sendPtr_ = recvPtr_;
+        } else if (r_ == c_.root || !c_.nullUnused) {  // a non-root's sendbuff must not be read nor written
+          send_ = make(nb);
+          fill(*send_, 0, cnt, r_, 0);
+          sendPtr_ = send_->data();
+        }
+        break;
+      case Coll::Reduce:
+        if (c_.inPlace) {
+          recv_ = make(nb);
+          fill(*recv_, 0, cnt, r_, 0);
+          sendPtr_ = recvPtr_ = recv_->data();
+        } else {
+          send_ = make(nb);
+          fill(*send_, 0, cnt, r_, 0);
+          sendPtr_ = send_->data();
+          if (r_ == c_.root || !c_.nullUnused) {  // a non-root's recvbuff must not be written
+            recv_ = make(nb);
+            recvPtr_ = recv_->data();
+          }
+        }
+        break;
+      case Coll::AllGather:
+        recv_ = make(nb * n);
+        recvPtr_ = recv_->data();
+        if (c_.inPlace) {
+          fill(*recv_, r * cnt, cnt, r_, 0);
+          sendPtr_ = recv_->data() + r * nb;
+        } else {
+          send_ = make(nb);
+          fill(*send_, 0, cnt, r_, 0);
+          sendPtr_ = send_->data();
+        }
+        break;
+      case Coll::ReduceScatter:
+        if (c_.inPlace) {
+          recv_ = make(nb * n);
+          fill(*recv_, 0, cnt * n, r_, 0);
+          sendPtr_ = recv_->data();
+          recvPtr_ = recv_->data() + r * nb;
+        } else {
+          send_ = make(nb * n);
+          fill(*send_, 0, cnt * n, r_, 0);
+          sendPtr_ = send_->data();
+          recv_ = make(nb);
+          recvPtr_ = recv_->data();
+        }
+        break;
+      case Coll::AllToAll:
+        send_ = make(nb * n);
+        fill(*send_, 0, cnt * n, r_, 0);
+        sendPtr_ = send_->data();
+        recv_ = make(nb * n);
+        recvPtr_ = recv_->data();
+        break;
+      case Coll::SendRecvRing:
+      case Coll::SendRecvPairs:
+        send_ = make(nb);
+        fill(*send_, 0, cnt, r_, 0);
+        sendPtr_ = send_->data();
+        recv_ = make(nb);
+        recvPtr_ = recv_->data();
+        break;
+      case Coll::Barrier: break;
+    }
+  }
+
+  void issue(chorusComm_t comm, chorusStream_t stream) {
+    const size_t cnt = c_.count;
+    const chorusDataType_t dt = c_.dt;
+    chorusResult_t rc = chorusSuccess;
+    switch (c_.coll) {
+      case Coll::AllReduce: rc = chorusAllReduce(sendPtr_, recvPtr_, cnt, dt, c_.op, comm, stream); break;
+      case Coll::Broadcast: rc = chorusBroadcast(sendPtr_, recvPtr_, cnt, dt, c_.root, comm, stream); break;
+      case Coll::Reduce: rc = chorusReduce(sendPtr_, recvPtr_, cnt, dt, c_.op, c_.root, comm, stream); break;
+      case Coll::AllGather: rc = chorusAllGather(sendPtr_, recvPtr_, cnt, dt, comm, stream); break;
+      case Coll::ReduceScatter: rc = chorusReduceScatter(sendPtr_, recvPtr_, cnt, dt, c_.op, comm, stream); break;
+      case Coll::AllToAll: rc = chorusAllToAll(sendPtr_, recvPtr_, cnt, dt, comm, stream); break;
+      case Coll::SendRecvRing:
+      case Coll::SendRecvPairs: {
+        const int to = sendPeer(), from = recvPeer();
+        if (to < 0) return;  // no partner: this rank sits the exchange out
+        check(chorusGroupStart(), comm, describe(c_, n_, r_) + ": group start");
+        // Odd ranks record the receive first: the order inside a group must not matter.
+        if (r_ % 2 == 1) check(chorusRecv(recvPtr_, cnt, dt, from, comm, stream), comm, describe(c_, n_, r_) + ": recv");
+        check(chorusSend(sendPtr_, cnt, dt, to, comm, stream), comm, describe(c_, n_, r_) + ": send");
+        if (r_ % 2 == 0) check(chorusRecv(recvPtr_, cnt, dt, from, comm, stream), comm, describe(c_, n_, r_) + ": recv");
+        rc = chorusGroupEnd();
+        break;
+      }
+      case Coll::Barrier: rc = chorusBarrier(comm, stream); break;
+    }
+    check(rc, comm, describe(c_, n_, r_));
+  }
+
+  void verify(Report& rep) {
+    const size_t cnt = c_.count;
+    const size_t n = static_cast<size_t>(n_), r = static_cast<size_t>(r_);
+    auto input = [&](int q, size_t j) { return inputRaw(c_.dt, inOp_, c_.seed, q, j); };
+    auto inputWant = [&](int q, size_t off) {  // element j holds input(q, j + off), bit for bit
+      return [=, this](size_t j) { return Want{inputRaw(c_.dt, inOp_, c_.seed, q, j + off), 0, Cmp::Bytes}; };
+    };
+    auto reduced = [&](size_t off) {  // element j holds the reduction of input(*, j + off)
+      return [=, this](size_t j) {
+        if (c_.reference) {
+          double v = (*c_.reference)[j + off];
+          return Want{doubleToRaw(c_.dt, v), v, c_.op == chorusAvg && isFloat(c_.dt) ? Cmp::Approx : Cmp::Exact};
+        }
+        return referenceReduce(c_.dt, c_.op, n_,
+                               [&](int q) { return inputRaw(c_.dt, inOp_, c_.seed, q, j + off); });
+      };
+    };
+    switch (c_.coll) {
+      case Coll::AllReduce:
+        expect(rep, "recvbuff", recv_->data(), 0, cnt, reduced(0));
+        if (!c_.inPlace) expect(rep, "sendbuff (unchanged)", send_->data(), 0, cnt, inputWant(r_, 0));
+        break;
+      case Coll::Broadcast:
+        expect(rep, "recvbuff", recv_->data(), 0, cnt, inputWant(c_.root, 0));
+        if (send_) expect(rep, "sendbuff (unchanged)", send_->data(), 0, cnt, inputWant(r_, 0));
+        break;
+      case Coll::Reduce:
+        if (r_ == c_.root) {
+          expect(rep, "recvbuff", recv_->data(), 0, cnt, reduced(0));
+        } else if (c_.inPlace) {
+          expect(rep, "buffer of a non-root (in place: not written)", recv_->data(), 0, cnt, inputWant(r_, 0));
+        } else if (recv_) {
+          expectPattern(rep, "recvbuff of a non-root (never written)", *recv_, 0, static_cast<long>(recv_->bytes()));
+        }
+        if (!c_.inPlace) expect(rep, "sendbuff (unchanged)", send_->data(), 0, cnt, inputWant(r_, 0));
+        break;
+      case Coll::AllGather:
+        for (size_t q = 0; q < n; ++q)
+          expect(rep, "recvbuff", recv_->data(), q * cnt, (q + 1) * cnt,
+                 [&, q](size_t j) { return Want{input(static_cast<int>(q), j - q * cnt), 0, Cmp::Bytes}; });
+        if (!c_.inPlace) expect(rep, "sendbuff (unchanged)", send_->data(), 0, cnt, inputWant(r_, 0));
+        break;
+      case Coll::ReduceScatter:
+        if (c_.inPlace) {
+          // Output block r; the other blocks are input only (sendbuff is const): unchanged.
+          expect(rep, "sendbuff block (unchanged)", recv_->data(), 0, r * cnt, inputWant(r_, 0));
+          expect(rep, "recvbuff (= sendbuff block rank)", recv_->data(), r * cnt, (r + 1) * cnt, reduced(0));
+          expect(rep, "sendbuff block (unchanged)", recv_->data(), (r + 1) * cnt, n * cnt, inputWant(r_, 0));
+        } else {
+          expect(rep, "recvbuff", recv_->data(), 0, cnt, reduced(r * cnt));
+          expect(rep, "sendbuff (unchanged)", send_->data(), 0, n * cnt, inputWant(r_, 0));
+        }
+        break;
+      case Coll::AllToAll:
+        for (size_t p = 0; p < n; ++p)
+          expect(rep, "recvbuff", recv_->data(), p * cnt, (p + 1) * cnt,
+                 [&, p](size_t j) { return Want{input(static_cast<int>(p), r * cnt + j - p * cnt), 0, Cmp::Bytes}; });
+        expect(rep, "sendbuff (unchanged)", send_->data(), 0, n * cnt, inputWant(r_, 0));
+        break;
+      case Coll::SendRecvRing:
+      case Coll::SendRecvPairs:
+        if (recvPeer() >= 0)
+          expect(rep, "recvbuff", recv_->data(), 0, cnt, inputWant(recvPeer(), 0));
+        else
+          expectPattern(rep, "recvbuff of a rank without partner", *recv_, 0, static_cast<long>(recv_->bytes()));
+        expect(rep, "sendbuff (unchanged)", send_->data(), 0, cnt, inputWant(r_, 0));
+        break;
+      case Coll::Barrier: break;
+    }
+    long bad = 0;
+    if (send_ && !send_->guardsIntact(&bad))
+      rep.add(describe(c_, n_, r_) + ": guard byte around sendbuff modified at offset " + std::to_string(bad));
+    if (recv_ && !recv_->guardsIntact(&bad))
+      rep.add(describe(c_, n_, r_) + ": guard byte around recvbuff modified at offset " + std::to_string(bad));
+  }
+
+ private:
+  std::unique_ptr<Buf> make(size_t bytes) const { return std::make_unique<Buf>(bytes, c_.misalign); }
+
+  // Elements [first, first + count) of b get input(q, firstIndex + k).
+  void fill(Buf& b, size_t first, size_t count, int q, size_t firstIndex) const {
+    uint8_t* p = b.data() + first * es_;
+    for (size_t k = 0; k < count; ++k) writeRaw(p + k * es_, es_, inputRaw(c_.dt, inOp_, c_.seed, q, firstIndex + k));
+  }
+
+  int sendPeer() const {
+    if (c_.coll == Coll::SendRecvRing) return (r_ + 1) % n_;
+    return (r_ ^ 1) < n_ ? (r_ ^ 1) : -1;
+  }
+  int recvPeer() const {
+    if (c_.coll == Coll::SendRecvRing) return (r_ + n_ - 1) % n_;
+    return (r_ ^ 1) < n_ ? (r_ ^ 1) : -1;
+  }
+
+  // Elements [begin, end) of the buffer at base against want(j); reports the first mismatch only.
+  template <class W>
+  void expect(Report& rep, const char* what, const uint8_t* base, size_t begin, size_t end, W want) const {
+    for (size_t j = begin; j < end; ++j) {
+      const uint64_t got = readRaw(base + j * es_, es_);
+      const Want w = want(j);
+      bool ok;
+      switch (w.cmp) {
+        case Cmp::Bytes: ok = got == w.raw; break;
+        case Cmp::Exact: ok = rawToDouble(c_.dt, got) == w.val; break;
+        case Cmp::Approx:
+        default: ok = std::fabs(rawToDouble(c_.dt, got) - w.val) <= avgTolerance(c_.dt) * std::fabs(w.val); break;
+      }
+      if (!ok) {
+        std::string exp = w.cmp == Cmp::Approx ? std::to_string(w.val) + " (within relative " +
+                                                     std::to_string(avgTolerance(c_.dt)) + ")"
+                                               : showRaw(c_.dt, w.raw);
+        rep.add(describe(c_, n_, r_) + ": " + what + "[" + std::to_string(j) + "] expected " + exp + ", actual " +
+                showRaw(c_.dt, got));
+        return;
+      }
+    }
+  }
+
+  void expectPattern(Report& rep, const char* what, const Buf& b, long from, long to) const {
+    long bad = 0;
+    if (!b.patternIntact(from, to, &bad))
+      rep.add(describe(c_, n_, r_) + ": " + what + ": byte " + std::to_string(bad) + " was written (fill pattern " +
+              std::to_string(b.patternAt(bad)) + ", now " + std::to_string(b.data()[bad]) + ")");
+  }
+
+  const Case c_;
+  const int n_, r_;
+  const size_t es_;
+  const int inOp_;
+  std::unique_ptr<Buf> send_, recv_;
+  const void* sendPtr_ = nullptr;
+  void* recvPtr_ = nullptr;
+};
+
+// Runs cases in order on this rank: blocking and stream cases one at a time; each run of consecutive Queued
+// cases is issued back-to-back alternately on two streams, synchronised once, then verified.
+void runCases(int r, int n, chorusComm_t comm, const std::vector<Case>& cases, Report& rep) {
+  chorusStream_t s1 = nullptr, s2 = nullptr;
+  check(chorusStreamCreate(comm, &s1), comm, "stream create");
+  check(chorusStreamCreate(comm, &s2), comm, "stream create");
+  for (size_t i = 0; i < cases.size();) {
+    const Case& c = cases[i];
+    if (c.mode != Mode::Queued) {
+      Running run(c, n, r);
+      run.prepare();
+      run.issue(comm, c.mode == Mode::Stream ? s1 : nullptr);
+      if (c.mode == Mode::Stream) {
+        check(chorusStreamSynchronize(s1), comm, describe(c, n, r) + ": synchronize");
+        chorusResult_t q = chorusStreamQuery(s1);
+        if (q != chorusSuccess)
+          rep.add(describe(c, n, r) + ": chorusStreamQuery after synchronize returned " + chorusGetErrorString(q));
+      }
+      run.verify(rep);
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < cases.size() && cases[j].mode == Mode::Queued) ++j;
+    std::vector<std::unique_ptr<Running>> batch;
+    for (size_t k = i; k < j; ++k) {
+      batch.push_back(std::make_unique<Running>(cases[k], n, r));
+      batch.back()->prepare();
+      batch.back()->issue(comm, (k - i) % 2 == 0 ? s1 : s2);
+    }
+    check(chorusStreamSynchronize(s1), comm, describe(cases[i], n, r) + ": synchronize (queued batch)");
+    check(chorusStreamSynchronize(s2), comm, describe(cases[i], n, r) + ": synchronize (queued batch)");
+    for (auto& b : batch) b->verify(rep);
+    i = j;
+  }
+  check(chorusStreamDestroy(s1), comm, "stream destroy");
+  check(chorusStreamDestroy(s2), comm, "stream destroy");
+}
+
+std::vector<int> roots(int n) {
+  std::vector<int> v{0};
+  for (int x : {n - 1, n / 2})
+    if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+  return v;
+}
+
+constexpr size_t kLarge = 1000003;
+
+// The matrix for one collective at one nranks.
+std::vector<Case> matrixCases(Coll coll, int n) {
+  std::vector<Case> cases;
+  uint64_t idx = 0;
+  auto add = [&](Case c) {
+    c.coll = coll;
+    c.seed = mix(static_cast<uint64_t>(coll) * 1000003u + idx * 7919u + static_cast<uint64_t>(n));
+    c.misalign = idx % 3 == 2 ? 1 + idx % 7 : 0;
+    c.nullUnused = (idx / 3) % 2 == 1;
+    ++idx;
+    cases.push_back(c);
+  };
+  std::vector<chorusRedOp_t> ops{chorusSum};
+  if (isReduction(coll)) ops.assign(std::begin(kAllOps), std::end(kAllOps));
+  std::vector<bool> places{false};
+  if (hasInPlace(coll)) places.push_back(true);
+  std::vector<int> rootList{0};
+  if (isRooted(coll)) rootList = roots(n);
+  std::vector<size_t> counts;
+  for (size_t c : {size_t(0), size_t(1), size_t(7), static_cast<size_t>(n - 1)})
+    if (std::find(counts.begin(), counts.end(), c) == counts.end()) counts.push_back(c);
+
+  // Small counts: the whole datatype x op x placement x mode x root product.
+  for (size_t count : counts)
+    for (Mode mode : {Mode::Blocking, Mode::Stream, Mode::Queued})
+      for (chorusDataType_t dt : kAllTypes)
+        for (chorusRedOp_t op : ops)
+          for (bool inPlace : places)
+            for (int root : rootList) {
+              Case c;
+              c.dt = dt;
+              c.op = op;
+              c.count = count;
+              c.inPlace = inPlace;
+              c.mode = mode;
+              c.root = root;
+              add(c);
+            }
+
+  // 1000003 elements (several pipeline chunks, uneven segments): a representative subset; pair k runs in
+  // mode k/2 (blocking, stream, queued: the last two back to back) and in place when k is odd.
+  const std::pair<chorusDataType_t, chorusRedOp_t> large[] = {
+      {chorusFloat32, chorusSum}, {chorusInt32, chorusMax}, {chorusBfloat16, chorusAvg},
+      {chorusFloat64, chorusProd}, {chorusUint8, chorusMin}, {chorusInt64, chorusSum}};
+  for (int k = 0; k < 6; ++k) {
+    Case c;
+    c.dt = large[k].first;
+    c.op = isReduction(coll) ? large[k].second : chorusSum;
+    c.count = kLarge;
+    c.inPlace = hasInPlace(coll) && k % 2 == 1;
+    c.mode = static_cast<Mode>(k / 2);
+    c.root = rootList[static_cast<size_t>(k) % rootList.size()];
+    add(c);
+  }
+  return cases;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& e : v) s += "\n  " + e;
+  return s;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The matrix: one test per (collective, nranks).
+
+class Collectives : public ::testing::TestWithParam<std::tuple<Coll, int>> {};
+
+// Barrier: nobody leaves (or, on a stream, completes) round k before every rank has entered it. Rank k % n is
+// late to round k.
+void barrierRounds(int n, int r, chorusComm_t comm, std::vector<std::atomic<int>>& arrived, Report& rep) {
+  const int kRounds = 12;
+  chorusStream_t s = nullptr;
+  check(chorusStreamCreate(comm, &s), comm, "stream create");
+  int round = 0;
+  for (Mode mode : {Mode::Blocking, Mode::Stream, Mode::Queued}) {
+    Case c;
+    c.coll = Coll::Barrier;
+    c.mode = mode;
+    const int first = round;
+    for (int k = 0; k < kRounds; ++k, ++round) {
+      if (r == round % n) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      arrived[static_cast<size_t>(round)].fetch_add(1);
+      check(chorusBarrier(comm, mode == Mode::Blocking ? nullptr : s), comm, describe(c, n, r));
+      if (mode == Mode::Stream) {
+        chorusResult_t q = chorusStreamQuery(s);  // success is only allowed once everyone has arrived
+        if (q == chorusSuccess && arrived[static_cast<size_t>(round)].load() < n)
+          rep.add(describe(c, n, r) + ": round " + std::to_string(round) + " complete with only " +
+                  std::to_string(arrived[static_cast<size_t>(round)].load()) + " ranks arrived");
+        check(chorusStreamSynchronize(s), comm, describe(c, n, r) + ": synchronize");
+      }
+      if (mode != Mode::Queued && arrived[static_cast<size_t>(round)].load() != n)
+        rep.add(describe(c, n, r) + ": left round " + std::to_string(round) + " with only " +
+                std::to_string(arrived[static_cast<size_t>(round)].load()) + " ranks arrived");
+    }
+    if (mode == Mode::Queued) {
+      check(chorusStreamSynchronize(s), comm, describe(c, n, r) + ": synchronize");
+      for (int k = first; k < round; ++k)
+        if (arrived[static_cast<size_t>(k)].load() != n)
+          rep.add(describe(c, n, r) + ": queued round " + std::to_string(k) + " complete with only " +
+                  std::to_string(arrived[static_cast<size_t>(k)].load()) + " ranks arrived");
+    }
+  }
+  check(chorusStreamDestroy(s), comm, "stream destroy");
+}
+
+TEST_P(Collectives, Matrix) {
+  const Coll coll = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  if ((coll == Coll::SendRecvRing || coll == Coll::SendRecvPairs) && n == 1)
+    GTEST_SKIP() << "Send/Recv needs a peer other than the rank itself (the API refuses peer == rank)";
+  std::vector<std::string> errors;
+  if (coll == Coll::Barrier) {
+    std::vector<std::atomic<int>> arrived(64);
+    errors = runRanks(n, [&](int r, chorusComm_t& comm) {
+      Report rep;
+      barrierRounds(n, r, comm, arrived, rep);
+      rep.throwIfAny();
+    });
+  } else {
+    const std::vector<Case> cases = matrixCases(coll, n);
+    errors = runRanks(n, [&](int r, chorusComm_t& comm) {
+      Report rep;
+      runCases(r, n, comm, cases, rep);
+      rep.throwIfAny();
+    });
+  }
+  EXPECT_TRUE(errors.empty()) << collName(coll) << " nranks=" << n << ":" << joined(errors);
+}
+
+std::string paramName(const ::testing::TestParamInfo<std::tuple<Coll, int>>& info) {
+  return std::string(collName(std::get<0>(info.param))) + "_n" + std::to_string(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Collectives,
+                         ::testing::Combine(::testing::Values(Coll::AllReduce, Coll::Broadcast, Coll::Reduce,
+                                                              Coll::AllGather, Coll::ReduceScatter, Coll::AllToAll,
+                                                              Coll::SendRecvRing, Coll::SendRecvPairs,
+                                                              Coll::Barrier),
+                                            ::testing::Values(1, 2, 3, 4, 5, 8)),
+                         paramName);
+
+// ------------------------------------------------------------------------------------------------------------
+// Every kind of call queued back-to-back on one stream, then one synchronize; and a chain of calls where each
+// consumes the previous one's output (so they must run in issue order).
+
+class QueuedMixed : public ::testing::TestWithParam<int> {};
+
+TEST_P(QueuedMixed, AllKindsOnOneStreamThenOneSynchronize) {
+  const int n = GetParam();
+  std::vector<Case> cases;
+  auto add = [&](Coll coll, chorusDataType_t dt, chorusRedOp_t op, size_t count, bool inPlace, int root) {
+    if ((coll == Coll::SendRecvRing || coll == Coll::SendRecvPairs) && n == 1) return;
+    Case c;
+    c.coll = coll;
+    c.dt = dt;
+    c.op = op;
+    c.count = count;
+    c.inPlace = inPlace;
+    c.mode = Mode::Queued;
+    c.root = root;
+    c.seed = mix(0xabcdefu + cases.size());
+    c.misalign = cases.size() % 2;
+    cases.push_back(c);
+  };
+  for (int rep = 0; rep < 2; ++rep) {
+    add(Coll::AllReduce, chorusFloat32, chorusSum, 1000, false, 0);
+    add(Coll::Broadcast, chorusInt32, chorusSum, 777, true, n - 1);
+    add(Coll::Barrier, chorusUint8, chorusSum, 0, false, 0);
+    add(Coll::AllGather, chorusUint8, chorusSum, 333, false, 0);
+    add(Coll::ReduceScatter, chorusFloat64, chorusMax, 129, true, 0);
+    add(Coll::AllToAll, chorusInt64, chorusSum, 17, false, 0);
+    add(Coll::Reduce, chorusBfloat16, chorusAvg, 500, false, n / 2);
+    add(Coll::SendRecvRing, chorusFloat16, chorusSum, 99, false, 0);
+    add(Coll::AllReduce, chorusUint32, chorusProd, 200003, true, 0);
+    add(Coll::SendRecvPairs, chorusInt8, chorusSum, 1000, false, 0);
+    add(Coll::ReduceScatter, chorusInt32, chorusMin, 70001, false, 0);
+    add(Coll::Reduce, chorusInt64, chorusSum, 3, true, 0);
+  }
+  const size_t kChain = 4099;
+  auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
+    Report rep;
+    runCases(r, n, comm, cases, rep);
+
+    // Chain on one stream: x -> AllReduce(sum) -> y; AllReduce(y, in place, sum); Broadcast(y, in place) from
+    // the last rank; Reduce(y -> z, max) at root 0. y = n * S, z (root) = n * S, S = sum over ranks of x.
+    chorusStream_t s = nullptr;
+    check(chorusStreamCreate(comm, &s), comm, "stream create");
+    std::vector<float> x(kChain), y(kChain, -1.0f), z(kChain, -1.0f);
+    auto xv = [](int q, size_t j) { return static_cast<float>(static_cast<int>((j * 7 + static_cast<size_t>(q) * 3) % 5) - 2); };
+    for (size_t j = 0; j < kChain; ++j) x[j] = xv(r, j);
+    check(chorusAllReduce(x.data(), y.data(), kChain, chorusFloat32, chorusSum, comm, s), comm, "chain allreduce 1");
+    check(chorusAllReduce(y.data(), y.data(), kChain, chorusFloat32, chorusSum, comm, s), comm, "chain allreduce 2");
+    check(chorusBroadcast(y.data(), y.data(), kChain, chorusFloat32, n - 1, comm, s), comm, "chain broadcast");
+    check(chorusReduce(y.data(), z.data(), kChain, chorusFloat32, chorusMax, 0, comm, s), comm, "chain reduce");
+    check(chorusStreamSynchronize(s), comm, "chain synchronize");
+    check(chorusStreamDestroy(s), comm, "stream destroy");
+    for (size_t j = 0; j < kChain; ++j) {
+      float S = 0;
+      for (int q = 0; q < n; ++q) S += xv(q, j);
+      const float want = S * static_cast<float>(n);
+      if (y[j] != want || (r == 0 && z[j] != want) || (r != 0 && z[j] != -1.0f)) {
+        rep.add("chain nranks=" + std::to_string(n) + " rank=" + std::to_string(r) + ": index " + std::to_string(j) +
+                " expected " + std::to_string(want) + ", y " + std::to_string(y[j]) + ", z " + std::to_string(z[j]));
+        break;
+      }
+    }
+    rep.throwIfAny();
+  });
+  EXPECT_TRUE(errors.empty()) << "nranks=" << n << ":" << joined(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, QueuedMixed, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+// ------------------------------------------------------------------------------------------------------------
+// 16 Mi elements: float32 sum AllReduce at nranks 2, 4, 8 (the reference is computed once, on this thread), and
+// one out-of-place AllGather / ReduceScatter of 64 MiB in total.
+
+constexpr size_t k16Mi = size_t{16} << 20;
+
+class Large : public ::testing::TestWithParam<int> {};
+
+TEST_P(Large, AllReduceFloat32Sum16Mi) {
+  const int n = GetParam();
+  Case c;
+  c.coll = Coll::AllReduce;
+  c.dt = chorusFloat32;
+  c.op = chorusSum;
+  c.count = k16Mi;
+  c.inPlace = n == 4;
+  c.mode = n == 8 ? Mode::Stream : Mode::Blocking;
+  c.seed = mix(0x16u + static_cast<uint64_t>(n));
+  std::vector<double> ref(k16Mi);
+  for (size_t j = 0; j < k16Mi; ++j) {
+    double s = 0;
+    for (int q = 0; q < n; ++q) s += rawToDouble(chorusFloat32, inputRaw(chorusFloat32, chorusSum, c.seed, q, j));
+    ref[j] = s;
+  }
+  c.reference = &ref;
+  auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
+    Report rep;
+    runCases(r, n, comm, {c}, rep);
+    rep.throwIfAny();
+  });
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Large, ::testing::Values(2, 4, 8));
+
+TEST(LargeGatherScatter, OutOfPlace64MiB) {
+  const int n = 4;
+  std::vector<Case> cases(2);
+  cases[0].coll = Coll::AllGather;
+  cases[1].coll = Coll::ReduceScatter;
+  for (size_t i = 0; i < 2; ++i) {
+    cases[i].dt = chorusFloat32;
+    cases[i].op = chorusSum;
+    cases[i].count = k16Mi / n;  // 16 Mi float32 = 64 MiB gathered / scattered in total
+    cases[i].seed = mix(0x64u + i);
+  }
+  auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
+    Report rep;
+    runCases(r, n, comm, cases, rep);
+    rep.throwIfAny();
+  });
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+}
+
+}  // namespace
