@@ -505,7 +505,7 @@ int benchMain(int argc, char** argv, const Coll& coll) {
   gComm = nullptr;
   free(sendBuf);
   free(recvBuf);
-  return wrongTotal ? 1 : 0;  // like nccl-tests: wrong results fail the run
+  return wrongTotal ? 1 : 0;  // wrong results fail the run, so scripts and CI notice
 }
 
 }  // namespace bench

@@ -16,6 +16,18 @@ status=0
 build build -Dwerror=true -Dbuildtype=debugoptimized || { echo "build failed"; ninja -C build -j1 | tail -40; exit 1; }
 meson test -C build --print-errorlogs --num-processes 1 || status=1
 
+# The installed library builds a C program through pkg-config, as another project would.
+stage=$(mktemp -d)
+if meson install -C build --destdir "$stage" >/dev/null; then
+  pc=$(find "$stage" -name chorus.pc -printf '%h\n' | head -1)
+  if PKG_CONFIG_SYSROOT_DIR="$stage" PKG_CONFIG_PATH="$pc" \
+       cc -std=c11 -Wall -Werror test/example.c -o "$stage/example" \
+       $(PKG_CONFIG_SYSROOT_DIR="$stage" PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs chorus); then
+    echo "pkg-config build of test/example.c: OK"; pkgconfig_ok=1
+  else echo "pkg-config build of test/example.c: FAILED"; pkgconfig_ok=0; status=1; fi
+else echo "meson install failed"; pkgconfig_ok=0; status=1; fi
+rm -rf "$stage"
+
 # Sanitizers: the in-process suites (threads as ranks) plus the kernels.
 build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dmicrobench=disabled \
   || { echo "asan build failed"; exit 1; }
@@ -25,6 +37,6 @@ build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dbuildtype=
   || { echo "tsan build failed"; exit 1; }
 TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 smoke errors || status=1
 
-python3 scripts/test_summary.py build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
-  build-tsan/meson-logs/testlog.json
+python3 scripts/test_summary.py --extra "pkgconfig=$pkgconfig_ok" build/meson-logs/testlog.junit.xml \
+  build-asan/meson-logs/testlog.junit.xml build-tsan/meson-logs/testlog.junit.xml
 exit $status

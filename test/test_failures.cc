@@ -1,0 +1,739 @@
+// Failures across real processes: a rank SIGKILLed mid-AllReduce, garbage and impostors at the bootstrap
+// root while a communicator forms, a cross-process call mismatch, and a rank that exits without destroying.
+//
+// The test binary is also the worker program: main() runs a worker scenario when given --worker=<name>
+// (re-executed via the path of /proc/self/exe, either by chorusrun or forked here with CHORUS_RANK,
+// CHORUS_NRANKS, CHORUS_ROOT and CHORUS_SECRET set). Workers report on stdout with lines "@@KEY fields...".
+// Every child runs in its own process group, dies with this process (PR_SET_PDEATHSIG), and is waited for
+// with a deadline; whatever is still running when a test ends is killed, so nothing is left behind.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+extern char** environ;
+
+namespace {
+
+int64_t monoNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+double secondsSince(int64_t t0) { return double(monoNs() - t0) / 1e9; }
+
+std::string selfExe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "/proc/self/exe";
+  buf[n] = '\0';
+  return buf;
+}
+
+// =========================================================================================================
+// Worker side
+
+// One write per line, so lines of concurrent ranks never interleave.
+void say(const char* fmt, ...) {
+  char buf[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = std::vsnprintf(buf, sizeof buf - 2, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  size_t len = std::min<size_t>(size_t(n), sizeof buf - 2);
+  for (size_t i = 0; i < len; ++i)
+    if (buf[i] == '\n') buf[i] = ' ';
+  buf[len++] = '\n';
+  ssize_t w = write(1, buf, len);
+  (void)w;
+}
+
+int envInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+// Ends the worker without running static destructors (the library may still have a detached thread).
+[[noreturn]] void finish(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(code);
+}
+
+chorusComm_t initOrDie() {
+  chorusComm_t comm = nullptr;
+  int64_t t0 = monoNs();
+  chorusResult_t rc = chorusCommInitFromEnv(&comm);
+  if (rc != chorusSuccess) {
+    say("@@RC %d %lld %lld %s", int(rc), (long long)monoNs(), (long long)((monoNs() - t0) / 1000000),
+        chorusGetLastError(nullptr));
+    finish(20);
+  }
+  return comm;
+}
+
+// Loops AllReduce until it fails; prints @@READY after the first success and @@ERR <rc> <time ns> <text>.
+int workerLoop() {
+  chorusComm_t comm = initOrDie();
+  int rank = -1;
+  chorusCommUserRank(comm, &rank);
+  std::vector<float> buf(size_t(1) << 20, 1.0f);
+  for (bool ready = false;;) {
+    chorusResult_t rc = chorusAllReduce(buf.data(), buf.data(), buf.size(), chorusFloat32, chorusMax, comm, nullptr);
+    if (rc != chorusSuccess) {
+      int64_t t = monoNs();
+      say("@@ERR %d %lld %s", int(rc), (long long)t, chorusGetLastError(nullptr));
+      chorusCommDestroy(comm);  // must not hang on a broken communicator (the parent bounds it)
+      finish(10);
+    }
+    if (!ready) {
+      say("@@READY %d", rank);
+      ready = true;
+    }
+  }
+}
+
+// Rank 0 starts the root at once; the others join after CHORUS_TEST_JOIN_DELAY_MS. Then a checked AllReduce.
+int workerForm() {
+  int rank = envInt("CHORUS_RANK", -1);
+  if (rank != 0) usleep(useconds_t(envInt("CHORUS_TEST_JOIN_DELAY_MS", 0)) * 1000);
+  chorusComm_t comm = initOrDie();
+  int n = 0;
+  chorusCommCount(comm, &n);
+  const size_t k = 100003;
+  std::vector<int32_t> in(k), out(k, -1);
+  for (size_t i = 0; i < k; ++i) in[i] = rank * 1000 + int32_t(i % 1000);
+  chorusResult_t rc = chorusAllReduce(in.data(), out.data(), k, chorusInt32, chorusSum, comm, nullptr);
+  if (rc != chorusSuccess) {
+    say("@@FAIL allreduce %d %s", int(rc), chorusGetLastError(nullptr));
+    finish(1);
+  }
+  for (size_t i = 0; i < k; ++i) {
+    int32_t want = 1000 * n * (n - 1) / 2 + n * int32_t(i % 1000);
+    if (out[i] != want) {
+      say("@@FAIL wrong value at %zu: %d, expected %d", i, out[i], want);
+      finish(1);
+    }
+  }
+  if (chorusCommDestroy(comm) != chorusSuccess) {
+    say("@@FAIL destroy %s", chorusGetLastError(nullptr));
+    finish(1);
+  }
+  say("@@OK %d", rank);
+  finish(0);
+}
+
+// Rank 1 calls Broadcast (root 1), the others AllReduce, on CHORUS_TEST_COUNT floats.
+// Prints @@RC <rc> <time ns> <ms> <text>; after a success also @@NEXT for a following Barrier.
+int workerMismatch() {
+  chorusComm_t comm = initOrDie();
+  int rank = -1;
+  chorusCommUserRank(comm, &rank);
+  const size_t k = size_t(envInt("CHORUS_TEST_COUNT", 1000));
+  std::vector<float> buf(k, 1.0f);
+  int64_t t0 = monoNs();
+  chorusResult_t rc = rank == 1 ? chorusBroadcast(buf.data(), buf.data(), k, chorusFloat32, 1, comm, nullptr)
+                                : chorusAllReduce(buf.data(), buf.data(), k, chorusFloat32, chorusSum, comm, nullptr);
+  say("@@RC %d %lld %lld %s", int(rc), (long long)monoNs(), (long long)((monoNs() - t0) / 1000000),
+      rc == chorusSuccess ? "" : chorusGetLastError(nullptr));
+  if (rc == chorusSuccess) {
+    t0 = monoNs();
+    chorusResult_t next = chorusBarrier(comm, nullptr);
+    say("@@NEXT %d %lld %lld %s", int(next), (long long)monoNs(), (long long)((monoNs() - t0) / 1000000),
+        next == chorusSuccess ? "" : chorusGetLastError(nullptr));
+    rc = next;
+  }
+  chorusCommDestroy(comm);
+  finish(rc == chorusSuccess ? 0 : 10);
+}
+
+// Rank 2 exits with code 3 right after init, without destroying; the others then call AllReduce.
+int workerCrash() {
+  chorusComm_t comm = initOrDie();
+  int rank = -1;
+  chorusCommUserRank(comm, &rank);
+  if (rank == 2) {
+    say("@@CRASH %d", rank);
+    finish(3);
+  }
+  std::vector<float> buf(size_t(1) << 20, 1.0f);
+  int64_t t0 = monoNs();
+  chorusResult_t rc = chorusAllReduce(buf.data(), buf.data(), buf.size(), chorusFloat32, chorusSum, comm, nullptr);
+  say("@@RC %d %lld %lld %s", int(rc), (long long)monoNs(), (long long)((monoNs() - t0) / 1000000),
+      rc == chorusSuccess ? "" : chorusGetLastError(nullptr));
+  chorusCommDestroy(comm);
+  finish(rc == chorusSuccess ? 0 : 10);
+}
+
+int runWorker(const std::string& name) {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  if (name == "loop") return workerLoop();
+  if (name == "form") return workerForm();
+  if (name == "mismatch") return workerMismatch();
+  if (name == "crash") return workerCrash();
+  std::fprintf(stderr, "unknown worker scenario '%s'\n", name.c_str());
+  return 2;
+}
+
+// =========================================================================================================
+// Parent side: children with captured output, bounded waits, guaranteed cleanup
+
+std::mutex gLiveMu;
+std::vector<pid_t> gLive;  // process groups to kill if the watchdog fires
+
+void killGroupNow(pid_t pid) {
+  kill(-pid, SIGKILL);
+  kill(pid, SIGKILL);
+}
+
+struct Line {
+  int64_t at;  // monotonic ns of arrival
+  std::string text;
+};
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string partial;
+  std::vector<Line> lines;
+  bool exited = false;
+  int status = 0;
+  int64_t exitedAt = 0;
+
+  std::string output() const {
+    std::string s;
+    for (const Line& l : lines) s += l.text + "\n";
+    return s + partial;
+  }
+  // Fields after "@@key " of the first such line, or nullopt.
+  std::optional<std::string> field(const std::string& key) const {
+    for (const Line& l : lines) {
+      size_t p = l.text.find("@@" + key + " ");
+      if (p != std::string::npos) return l.text.substr(p + key.size() + 3);
+    }
+    return std::nullopt;
+  }
+  int count(const std::string& key) const {
+    int n = 0;
+    for (const Line& l : lines) n += l.text.find("@@" + key) != std::string::npos;
+    return n;
+  }
+  int exitCode() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+};
+
+class Procs {
+ public:
+  Procs() = default;
+  Procs(const Procs&) = delete;
+  ~Procs() { killAll(); }
+
+  // Starts argv with the current environment plus `env` (NAME=value entries override). Returns its index.
+  size_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+    std::vector<std::string> envs;
+    for (char** e = environ; *e; ++e) {
+      std::string s = *e;
+      std::string name = s.substr(0, s.find('='));
+      bool overridden = std::any_of(env.begin(), env.end(),
+                                    [&](const std::string& o) { return o.substr(0, o.find('=')) == name; });
+      if (!overridden) envs.push_back(s);
+    }
+    envs.insert(envs.end(), env.begin(), env.end());
+    std::vector<char*> cargv, cenv;
+    for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    for (auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+    cenv.push_back(nullptr);
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(126);
+      dup2(p[1], 1);
+      dup2(p[1], 2);
+      execve(cargv[0], cargv.data(), cenv.data());
+      _exit(127);
+    }
+    setpgid(pid, pid);
+    close(p[1]);
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    Child c;
+    c.pid = pid;
+    c.fd = p[0];
+    children_.push_back(std::move(c));
+    std::lock_guard<std::mutex> g(gLiveMu);
+    gLive.push_back(pid);
+    return children_.size() - 1;
+  }
+
+  Child& operator[](size_t i) { return children_[i]; }
+  size_t size() const { return children_.size(); }
+
+  // Collects output and exits until pred() holds or `seconds` pass; returns pred().
+  bool pumpUntil(const std::function<bool()>& pred, double seconds) {
+    int64_t deadline = monoNs() + int64_t(seconds * 1e9);
+    while (true) {
+      reap();
+      if (pred()) return true;
+      int64_t left = deadline - monoNs();
+      if (left <= 0) return false;
+      std::vector<pollfd> pfds;
+      std::vector<Child*> owners;
+      for (auto& c : children_)
+        if (c.fd >= 0) {
+          pfds.push_back({c.fd, POLLIN, 0});
+          owners.push_back(&c);
+        }
+      int timeout = int(std::min<int64_t>(left / 1000000 + 1, 20));
+      if (pfds.empty()) {
+        usleep(useconds_t(timeout) * 1000);
+        continue;
+      }
+      if (poll(pfds.data(), pfds.size(), timeout) <= 0) continue;
+      for (size_t i = 0; i < pfds.size(); ++i)
+        if (pfds[i].revents) readSome(*owners[i]);
+    }
+  }
+  bool waitAllExited(double seconds) {
+    return pumpUntil([&] { return std::all_of(children_.begin(), children_.end(), [](const Child& c) {
+                               return c.exited && c.fd < 0;
+                             }); },
+                     seconds);
+  }
+  std::string dump() const {
+    std::string s;
+    for (size_t i = 0; i < children_.size(); ++i)
+      s += "---- child " + std::to_string(i) + " (pid " + std::to_string(children_[i].pid) + ", " +
+           (children_[i].exited ? "exit " + std::to_string(children_[i].exitCode()) : std::string("running")) +
+           ") ----\n" + children_[i].output();
+    return s;
+  }
+
+  // SIGTERM (chorusrun forwards it to its ranks), then SIGKILL after a grace period; always waits.
+  void killAll() {
+    reap();
+    bool any = false;
+    for (auto& c : children_)
+      if (!c.exited) {
+        kill(-c.pid, SIGTERM);
+        any = true;
+      }
+    if (any) pumpUntil([&] { return std::all_of(children_.begin(), children_.end(), [](const Child& c) {
+                               return c.exited;
+                             }); },
+                       1.5);
+    for (auto& c : children_) {
+      if (!c.exited) {
+        killGroupNow(c.pid);
+        waitpid(c.pid, &c.status, 0);
+        c.exited = true;
+      } else if (c.fd >= 0) {
+        kill(-c.pid, SIGKILL);  // leftovers in its group still hold its output open
+      }
+      if (c.fd >= 0) close(c.fd), c.fd = -1;
+      std::lock_guard<std::mutex> g(gLiveMu);
+      gLive.erase(std::remove(gLive.begin(), gLive.end(), c.pid), gLive.end());
+    }
+  }
+
+ private:
+  void readSome(Child& c) {
+    char buf[65536];
+    while (true) {
+      ssize_t n = read(c.fd, buf, sizeof buf);
+      if (n > 0) {
+        c.partial.append(buf, size_t(n));
+        size_t nl;
+        while ((nl = c.partial.find('\n')) != std::string::npos) {
+          c.lines.push_back({monoNs(), c.partial.substr(0, nl)});
+          c.partial.erase(0, nl + 1);
+        }
+        continue;
+      }
+      if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        close(c.fd);
+        c.fd = -1;
+      }
+      return;
+    }
+  }
+  void reap() {
+    for (auto& c : children_) {
+      if (c.exited) continue;
+      int st;
+      if (waitpid(c.pid, &st, WNOHANG) == c.pid) {
+        c.exited = true;
+        c.status = st;
+        c.exitedAt = monoNs();
+      }
+    }
+  }
+
+  std::vector<Child> children_;
+};
+
+// Kills every child and ends the process if a test runs for more than `seconds`.
+class Watchdog {
+ public:
+  explicit Watchdog(double seconds) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "?";
+    thread_ = std::thread([this, seconds, name] {
+      std::unique_lock<std::mutex> g(mu_);
+      if (!cv_.wait_for(g, std::chrono::duration<double>(seconds), [&] { return done_; })) {
+        std::fprintf(stderr, "\nWATCHDOG: %s took more than %.0f s; killing its children and failing\n",
+                     name.c_str(), seconds);
+        {
+          std::lock_guard<std::mutex> l(gLiveMu);
+          for (pid_t p : gLive) killGroupNow(p);
+        }
+        std::fflush(stderr);
+        _exit(1);
+      }
+    });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+uint64_t randomSecret() {
+  uint64_t v = 0;
+  while (getrandom(&v, sizeof v, 0) != ssize_t(sizeof v)) {
+  }
+  return v | 1;
+}
+
+std::string hex(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+  return b;
+}
+
+// Environment for rank r of n self-forked workers sharing one root.
+std::vector<std::string> rankEnv(int r, int n, int port, uint64_t secret) {
+  return {"CHORUS_RANK=" + std::to_string(r), "CHORUS_NRANKS=" + std::to_string(n),
+          "CHORUS_ROOT=127.0.0.1:" + std::to_string(port), "CHORUS_SECRET=" + hex(secret)};
+}
+
+std::string chorusrunPath() {
+  if (const char* p = std::getenv("CHORUSRUN"); p && *p) return p;
+  if (const char* b = std::getenv("TEST_BUILD_DIR"); b && *b) return std::string(b) + "/scripts/chorusrun";
+  std::string exe = selfExe();
+  return exe.substr(0, exe.rfind('/')) + "/../scripts/chorusrun";
+}
+
+// "@@RC <rc> <time ns> <ms> <text>" or "@@ERR <rc> <time ns> <text>".
+struct Report {
+  int rc = -1;
+  int64_t at = 0;
+  long long ms = -1;
+  std::string text;
+};
+Report parseReport(const std::string& fields, bool withMs) {
+  Report r;
+  std::istringstream in(fields);
+  long long at = 0;
+  in >> r.rc >> at;
+  r.at = at;
+  if (withMs) in >> r.ms;
+  std::getline(in, r.text);
+  if (!r.text.empty() && r.text[0] == ' ') r.text.erase(0, 1);
+  return r;
+}
+
+int connectLocal(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool sendAll(int fd, const void* p, size_t n) {
+  auto b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+    if (w <= 0) return false;
+    b += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+// True when the peer closes (or resets) fd within `seconds`.
+bool closedByPeer(int fd, double seconds) {
+  int64_t t0 = monoNs();
+  char buf[256];
+  while (secondsSince(t0) < seconds) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  }
+  return false;
+}
+
+const int kRemoteError = chorusRemoteError, kInvalidUsage = chorusInvalidUsage;
+
+// =========================================================================================================
+
+TEST(Failures, SigkillOneRankOfFourMidAllReduce) {
+  Watchdog wd(60);
+  const int n = 4, victim = 2;
+  const int port = freePort();
+  const uint64_t secret = randomSecret();
+  Procs p;
+  for (int r = 0; r < n; ++r) p.spawn({selfExe(), "--worker=loop"}, rankEnv(r, n, port, secret));
+  ASSERT_TRUE(p.pumpUntil([&] {
+    for (int r = 0; r < n; ++r)
+      if (!p[r].field("READY")) return false;
+    return true;
+  }, 30)) << "the four ranks did not all complete an AllReduce\n" << p.dump();
+  p.pumpUntil([] { return false; }, 0.3);  // let them loop
+  for (int r = 0; r < n; ++r) ASSERT_FALSE(p[r].exited) << p.dump();
+
+  const int64_t killedAt = monoNs();
+  ASSERT_EQ(kill(p[victim].pid, SIGKILL), 0);
+  bool reported = p.pumpUntil([&] {
+    for (int r = 0; r < n; ++r)
+      if (r != victim && !p[r].field("ERR")) return false;
+    return true;
+  }, 15);
+  EXPECT_TRUE(reported) << "a survivor did not report an error within 15 s of the kill (hang)\n" << p.dump();
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    auto f = p[r].field("ERR");
+    if (!f) continue;
+    Report rep = parseReport(*f, false);
+    double after = double(rep.at - killedAt) / 1e9;
+    SCOPED_TRACE("rank " + std::to_string(r) + ": rc " + std::to_string(rep.rc) + " " + std::to_string(after) +
+                 " s after the kill: " + rep.text);
+    EXPECT_EQ(rep.rc, kRemoteError);
+    EXPECT_GE(after, 0.0);
+    EXPECT_LT(after, 2.0);
+    EXPECT_NE(rep.text.find("rank " + std::to_string(victim)), std::string::npos);
+  }
+  EXPECT_TRUE(p.waitAllExited(10)) << "a survivor did not exit after its error\n" << p.dump();
+  for (int r = 0; r < n; ++r)
+    if (r != victim && p[r].exited) {
+      EXPECT_EQ(p[r].exitCode(), 10) << "rank " << r << "\n" << p[r].output();
+    }
+  EXPECT_EQ(p[victim].exitCode(), 128 + SIGKILL);
+}
+
+TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
+  Watchdog wd(90);
+  const int port = freePort();
+  const uint64_t secret = randomSecret();
+  Procs p;
+  // chorusrun keeps a CHORUS_ROOT and CHORUS_SECRET that are already set.
+  p.spawn({chorusrunPath(), "-n", "4", "--", selfExe(), "--worker=form"},
+          {"CHORUS_ROOT=127.0.0.1:" + std::to_string(port), "CHORUS_SECRET=" + hex(secret),
+           "CHORUS_TEST_JOIN_DELAY_MS=2500"});
+  // Rank 0 listens at once; ranks 1..3 join 2.5 s later, so everything below reaches a forming communicator.
+  int silent = -1;
+  int64_t t0 = monoNs();
+  while (silent < 0 && secondsSince(t0) < 15 && !p[0].exited) {
+    silent = connectLocal(port);
+    if (silent < 0) p.pumpUntil([] { return false; }, 0.02);
+  }
+  ASSERT_GE(silent, 0) << "the root never listened on port " << port << "\n" << p.dump();
+
+  std::mt19937_64 rng(12345);
+  // 1. random bytes
+  int junk = connectLocal(port);
+  ASSERT_GE(junk, 0);
+  std::vector<uint8_t> bytes(300);
+  for (auto& b : bytes) b = uint8_t(rng());
+  uint32_t junkLen = uint32_t(bytes.size() - 4);  // a plausible length, so the root parses the random payload
+  std::memcpy(bytes.data(), &junkLen, 4);
+  EXPECT_TRUE(sendAll(junk, bytes.data(), bytes.size()));
+  // 2. a huge length prefix
+  int huge = connectLocal(port);
+  ASSERT_GE(huge, 0);
+  uint32_t hugeLen = 0xFFFFFFF0u;
+  EXPECT_TRUE(sendAll(huge, &hugeLen, sizeof hugeLen));
+  EXPECT_TRUE(sendAll(huge, bytes.data(), 64));
+  // 3. the right magic and version, the wrong secret, posing as rank 1 of 4
+  int impostor = connectLocal(port);
+  ASSERT_GE(impostor, 0);
+  {
+    std::vector<uint8_t> f;
+    auto put = [&](const void* v, size_t n) { f.insert(f.end(), (const uint8_t*)v, (const uint8_t*)v + n); };
+    auto put32 = [&](uint32_t v) { put(&v, 4); };
+    auto putStr = [&](const std::string& s) { put32(uint32_t(s.size())); put(s.data(), s.size()); };
+    put32(0x43484253u);  // "CHBS"
+    put32(1);            // bootstrap version
+    uint64_t wrong = secret ^ 0x5A5A5A5A5A5A5A5Aull;
+    put(&wrong, 8);
+    put32(1), put32(4), put32(uint32_t(getpid()));  // rank, nranks, pid
+    putStr("impostor");
+    putStr("impostor-host-id");
+    put32(0);  // empty transport address
+    uint32_t len = uint32_t(f.size());
+    EXPECT_TRUE(sendAll(impostor, &len, 4));
+    EXPECT_TRUE(sendAll(impostor, f.data(), f.size()));
+  }
+  // 4. a half frame that never completes, and a connection closed at once
+  int partial = connectLocal(port);
+  ASSERT_GE(partial, 0);
+  uint32_t partialLen = 100;
+  EXPECT_TRUE(sendAll(partial, &partialLen, 4));
+  EXPECT_TRUE(sendAll(partial, bytes.data(), 10));
+  int quitter = connectLocal(port);
+  if (quitter >= 0) close(quitter);
+
+  // The root must drop the malformed and the wrong-secret connection promptly (and never answer them).
+  EXPECT_TRUE(closedByPeer(huge, 2.0)) << "the root kept a connection that announced a 4 GiB frame";
+  EXPECT_TRUE(closedByPeer(impostor, 2.0)) << "the root kept a connection with the wrong secret";
+  EXPECT_TRUE(closedByPeer(junk, 2.0)) << "the root kept a connection that sent random bytes";
+
+  bool done = p.waitAllExited(60);
+  close(silent), close(junk), close(huge), close(impostor), close(partial);
+  ASSERT_TRUE(done) << "chorusrun did not finish within 60 s\n" << p.dump();
+  std::string out = p[0].output();
+  EXPECT_EQ(p[0].exitCode(), 0) << out;
+  EXPECT_EQ(p[0].count("OK"), 4) << out;
+  EXPECT_EQ(p[0].count("FAIL"), 0) << out;
+  EXPECT_LT(secondsSince(t0), 30.0);
+  // The root logged why it dropped them (WARN is on by default).
+  EXPECT_NE(out.find("wrong secret"), std::string::npos) << out;
+  EXPECT_NE(out.find("4294967280-byte frame"), std::string::npos) << out;
+}
+
+TEST(Failures, BroadcastVersusAllReduceAcrossProcesses) {
+  Watchdog wd(60);
+  const int n = 4;
+  const int port = freePort();
+  const uint64_t secret = randomSecret();
+  Procs p;
+  for (int r = 0; r < n; ++r) {
+    auto env = rankEnv(r, n, port, secret);
+    env.push_back("CHORUS_TEST_COUNT=" + std::to_string(8 << 20));  // 32 MiB: more than socket buffers hold
+    p.spawn({selfExe(), "--worker=mismatch"}, env);
+  }
+  ASSERT_TRUE(p.waitAllExited(30)) << "a rank hung on the mismatch\n" << p.dump();
+  int naming = 0;
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " (" + (r == 1 ? "Broadcast" : "AllReduce") + ")\n" +
+                 p[r].output());
+    auto f = p[r].field("RC");
+    ASSERT_TRUE(f.has_value());
+    Report rep = parseReport(*f, true);
+    EXPECT_TRUE(rep.rc == kInvalidUsage || rep.rc == kRemoteError) << rep.rc;
+    EXPECT_LT(rep.ms, 5000);
+    EXPECT_EQ(p[r].exitCode(), 10);
+    if (rep.text.find("Broadcast") != std::string::npos && rep.text.find("AllReduce") != std::string::npos)
+      ++naming;
+  }
+  EXPECT_GE(naming, 1) << "no rank's error names both calls";
+}
+
+TEST(Failures, RankExitsWithoutDestroyUnderChorusrun) {
+  Watchdog wd(60);
+  Procs p;
+  int64_t t0 = monoNs();
+  p.spawn({chorusrunPath(), "-n", "4", "--", selfExe(), "--worker=crash"}, {});
+  ASSERT_TRUE(p.waitAllExited(30)) << "chorusrun did not finish\n" << p.dump();
+  std::string out = p[0].output();
+  EXPECT_EQ(p[0].exitCode(), 3) << out;
+  EXPECT_NE(out.find("rank 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("exited with code 3"), std::string::npos) << out;
+  EXPECT_LT(secondsSince(t0), 15.0);
+}
+
+// Without a launcher to stop them, the survivors must fail on their own.
+TEST(Failures, RankExitsWithoutDestroySurvivorsFailOnTheirOwn) {
+  Watchdog wd(60);
+  const int n = 4;
+  const int port = freePort();
+  const uint64_t secret = randomSecret();
+  Procs p;
+  for (int r = 0; r < n; ++r) p.spawn({selfExe(), "--worker=crash"}, rankEnv(r, n, port, secret));
+  ASSERT_TRUE(p.waitAllExited(30)) << "a survivor hung\n" << p.dump();
+  EXPECT_EQ(p[2].exitCode(), 3) << p[2].output();
+  for (int r = 0; r < n; ++r) {
+    if (r == 2) continue;
+    SCOPED_TRACE("rank " + std::to_string(r) + "\n" + p[r].output());
+    auto f = p[r].field("RC");
+    ASSERT_TRUE(f.has_value());
+    Report rep = parseReport(*f, true);
+    EXPECT_EQ(rep.rc, kRemoteError);
+    EXPECT_LT(rep.ms, 5000);
+    EXPECT_NE(rep.text.find("rank 2"), std::string::npos);
+    EXPECT_NE(p[r].exitCode(), 0);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--worker=", 9) == 0) return runWorker(argv[i] + 9);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
