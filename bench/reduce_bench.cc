@@ -23,7 +23,8 @@ const size_t kSizes[] = {size_t(64) << 10, size_t(1) << 20, size_t(64) << 20};  
 // Page-aligned, touched before timing so page faults stay out of the measurement.
 struct Buffer {
   unsigned char* p;
-  explicit Buffer(size_t bytes) : p(static_cast<unsigned char*>(std::aligned_alloc(4096, (bytes + 4095) & ~size_t(4095)))) {
+  explicit Buffer(size_t bytes)
+      : p(static_cast<unsigned char*>(std::aligned_alloc(4096, (bytes + 4095) & ~size_t(4095)))) {
     std::memset(p, 0, bytes);
   }
   ~Buffer() { std::free(p); }

@@ -155,7 +155,8 @@ chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t d
   return submit(comm, "chorusSend", stream, [&](const Check& c) {
     size_t n = c.bytes(count, c.dtype(datatype), 1, "count");
     c.rank(peer, "peer");
-    if (peer == c.comm.rank()) c.bad(chorusInvalidArgument, "peer={} is this rank itself; send to another rank", peer);
+    if (peer == c.comm.rank() && groupDepth() == 0)
+      c.bad(chorusInvalidUsage, "peer={} is this rank itself: a Send to self needs its Recv in the same group", peer);
     c.ptr(sendbuff, "sendbuff", n);
     return CollArgs{OpKind::Send, sendbuff, nullptr, count, datatype, chorusSum, peer, false};
   });
@@ -166,8 +167,8 @@ chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatyp
   return submit(comm, "chorusRecv", stream, [&](const Check& c) {
     size_t n = c.bytes(count, c.dtype(datatype), 1, "count");
     c.rank(peer, "peer");
-    if (peer == c.comm.rank())
-      c.bad(chorusInvalidArgument, "peer={} is this rank itself; receive from another rank", peer);
+    if (peer == c.comm.rank() && groupDepth() == 0)
+      c.bad(chorusInvalidUsage, "peer={} is this rank itself: a Recv from self needs its Send in the same group", peer);
     c.ptr(recvbuff, "recvbuff", n);
     return CollArgs{OpKind::Send, nullptr, recvbuff, count, datatype, chorusSum, peer, true};
   });

@@ -1,8 +1,10 @@
 #include "lib/collectives.h"
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 
+#include "lib/error.h"
 #include "lib/kernels/reduce.h"
 #include "lib/log.h"
 
@@ -57,11 +59,31 @@ void runOne(Comm& comm, const TaggedCall& c) {
     case OpKind::None: break;
   }
 }
+
+// A group's Sends to self and Recvs from self pair up in order and become copies.
+void copySelfMessages(Comm& comm, const std::vector<TaggedCall>& calls) {
+  std::vector<const algo::CollArgs*> sends, recvs;
+  for (const TaggedCall& c : calls)
+    if (c.args.kind == OpKind::Send && c.args.root == comm.rank()) (c.args.isRecv ? recvs : sends).push_back(&c.args);
+  if (sends.size() != recvs.size())
+    fail(chorusInvalidUsage, "{}: this group has {} Send(s) to self but {} Recv(s) from self; they must pair up",
+         comm.name(), sends.size(), recvs.size());
+  for (size_t i = 0; i < sends.size(); ++i) {
+    const algo::CollArgs &s = *sends[i], &r = *recvs[i];
+    if (s.count != r.count || s.dtype != r.dtype)
+      fail(chorusInvalidUsage, "{}: Send #{} to self has count {} ({}) but its Recv from self has count {} ({})",
+           comm.name(), i, s.count, kernels::dataTypeName(s.dtype), r.count, kernels::dataTypeName(r.dtype));
+    std::memmove(r.recvbuff, s.sendbuff, s.count * kernels::dataTypeSize(s.dtype));
+  }
+}
+
 }  // namespace
 
 void runCalls(Comm& comm, const std::vector<TaggedCall>& calls) {
+  copySelfMessages(comm, calls);
   std::deque<Request> p2p;
   for (const TaggedCall& c : calls) {
+    if (c.args.kind == OpKind::Send && c.args.root == comm.rank()) continue;
     if (c.args.kind == OpKind::Send) {
       p2p.emplace_back();
       algo::postPointToPoint(comm, c.tag, c.args, &p2p.back());

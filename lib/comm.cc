@@ -43,8 +43,11 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   for (const RankInfo& r : boot.ranks) addresses.push_back(r.address);
   connectPeers(addresses, deadline);
   executor_ = std::make_unique<Executor>(*this);
-  CHORUS_INFO(kInit, "communicator ready: rank {} of {} on {}, commId {:016x}, algorithm {}", rank, nranks, host,
-              setup_.commId, config_.algo == Algo::Ring ? "RING (forced)" : "RING (auto)");
+  CHORUS_INFO(kInit, "communicator ready: rank {} of {} on {}, commId {:016x}; transport tcp to every peer", rank,
+              nranks, host, setup_.commId);
+  CHORUS_INFO(kColl, "algorithms: AllReduce {}; ReduceScatter/AllGather ring; Broadcast/Reduce pipelined chain; "
+              "AllToAll/Send/Recv direct; Barrier dissemination",
+              config_.algo == Algo::Ring ? "ring (CHORUS_ALGO=RING)" : "recursive doubling up to 32 KiB, ring above");
 }
 
 Comm::~Comm() = default;

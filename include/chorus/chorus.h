@@ -89,8 +89,10 @@ CHORUS_API chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbu
  * Not in-place: the buffers must not overlap. */
 CHORUS_API chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                                          chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
-/* Point to point; must be matched by a chorusRecv of the same count and datatype on peer. Two ranks that send
- * to each other must put their Send and Recv inside chorusGroupStart/End. */
+/* Point to point; must be matched by a chorusRecv of the same count and datatype on peer (the n-th Send to a
+ * peer matches that peer's n-th Recv from this rank). Two ranks that send to each other must put their Send and
+ * Recv inside chorusGroupStart/End. peer may be this rank only inside a group, paired with a Recv from self.
+ * A Send blocks (NULL stream) until its data has left sendbuff, not until the peer has received it. */
 CHORUS_API chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,
                                      chorusComm_t comm, chorusStream_t stream);
 CHORUS_API chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer,

@@ -65,7 +65,7 @@ struct Bf16Codec {
   }
   // Round to nearest even into the upper 16 bits. A NaN stays a NaN without a special case: every float
   // reaching here is a bfloat16 input, the finite divisor, or an SSE result of those, and x86 NaN results are
-  // the default NaN or a quieted operand, all with a zero low half, so the increment never carries.
+  // the default NaN or an operand NaN (maybe quieted), all with a zero low half, so the increment never carries.
   static __m256i round(__m256 f) {
     const __m256i x = _mm256_castps_si256(f);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));

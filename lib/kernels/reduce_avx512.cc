@@ -72,7 +72,7 @@ struct Bf16Codec {
   }
   // Round to nearest even into the upper 16 bits. A NaN stays a NaN without a special case: every float
   // reaching here is a bfloat16 input, the finite divisor, or an SSE result of those, and x86 NaN results are
-  // the default NaN or a quieted operand, all with a zero low half, so the increment never carries.
+  // the default NaN or an operand NaN (maybe quieted), all with a zero low half, so the increment never carries.
   static __m512i round(__m512 f) {
     const __m512i x = _mm512_castps_si512(f);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
