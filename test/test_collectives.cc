@@ -11,7 +11,7 @@
 //   * out of place: that sendbuff is bit-for-bit unchanged; in place: that input-only parts are unchanged;
 //   * that GUARD bytes before and after every buffer, and buffers the API says are not written (Reduce's
 //     recvbuff on non-roots, a pair-less rank's recvbuff), still hold their fill pattern.
-// One third of the cases offsets every buffer by 1..7 bytes (the header promises any alignment).
+// About one third of the cases offsets every buffer by 1..7 bytes (the header promises any alignment).
 //
 // Inputs are chosen so that the arithmetic is exact in every type, so results are compared exactly, except Avg
 // of floating types (rounding of sum / nranks), compared with a relative tolerance: 1e-2 for float16 and
@@ -426,8 +426,8 @@ struct Case {
   int root = 0;                  // Broadcast / Reduce
   size_t misalign = 0;           // bytes added to every buffer's address
   uint64_t seed = 0;
-  // Optional: for a non-root-less rank, "recvbuff may be NULL" (Reduce) / "sendbuff is not read" (Broadcast):
-  // pass NULL instead of a checked buffer.
+  // Out-of-place Broadcast / Reduce: non-roots pass NULL for the buffer the API ignores there (Broadcast's
+  // sendbuff, Reduce's recvbuff) instead of a buffer that is checked to stay untouched.
   bool nullUnused = false;
   const std::vector<double>* reference = nullptr;  // AllReduce only: precomputed expected values (big counts)
 };
@@ -440,7 +440,8 @@ std::string describe(const Case& c, int n, int r) {
   s += " count=" + std::to_string(c.count) + " mode=" + modeName(c.mode);
   s += c.inPlace ? " in-place" : " out-of-place";
   if (isRooted(c.coll)) s += " root=" + std::to_string(c.root);
-  if (c.nullUnused) s += " (NULL unused buffer)";
+  if (isRooted(c.coll) && !c.inPlace && c.nullUnused)
+    s += c.coll == Coll::Broadcast ? " (sendbuff NULL off the root)" : " (recvbuff NULL off the root)";
   s += " misalign=" + std::to_string(c.misalign);
   return s;
 }
@@ -755,8 +756,9 @@ std::vector<Case> matrixCases(Coll coll, int n) {
   auto add = [&](Case c) {
     c.coll = coll;
     c.seed = mix(static_cast<uint64_t>(coll) * 1000003u + idx * 7919u + static_cast<uint64_t>(n));
-    c.misalign = idx % 3 == 2 ? 1 + idx % 7 : 0;
-    c.nullUnused = (idx / 3) % 2 == 1;
+    // Drawn from the seed so that they do not line up with the loop structure below.
+    c.misalign = (c.seed >> 8) % 3 == 0 ? 1 + (c.seed >> 16) % 7 : 0;
+    c.nullUnused = ((c.seed >> 24) & 1) != 0;
     ++idx;
     cases.push_back(c);
   };

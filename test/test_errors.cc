@@ -93,6 +93,7 @@ class EnvGuard {
 
 // Communicators of all n ranks, created on n threads and handed to the calling thread.
 std::vector<chorusComm_t> makeComms(int n) {
+  setenv("CHORUS_SOCKET_IFNAME", "=lo", 0);  // as runRanks: loopback unless told otherwise
   chorusUniqueId id;
   if (chorusGetUniqueId(&id) != chorusSuccess)
     throw std::runtime_error(std::string("chorusGetUniqueId: ") + chorusGetLastError(nullptr));
@@ -316,9 +317,10 @@ TEST_F(Validation, RootAndPeerOutOfRange) {
   EXPECT_REFUSED(chorusSend(a_, 4, chorusFloat32, -1, c0(), nullptr), chorusInvalidArgument, c0(), "peer=-1");
   EXPECT_REFUSED(chorusRecv(a_, 4, chorusFloat32, 9, c1(), nullptr), chorusInvalidArgument, c1(), "peer=9",
                  "chorusRecv");
-  EXPECT_REFUSED(chorusSend(a_, 4, chorusFloat32, 0, c0(), nullptr), chorusInvalidArgument, c0(), "peer=0",
+  // To self only inside a group (paired with a Recv from self); outside one it is a usage error.
+  EXPECT_REFUSED(chorusSend(a_, 4, chorusFloat32, 0, c0(), nullptr), chorusInvalidUsage, c0(), "peer=0",
                  "itself");
-  EXPECT_REFUSED(chorusRecv(a_, 4, chorusFloat32, 1, c1(), nullptr), chorusInvalidArgument, c1(), "peer=1",
+  EXPECT_REFUSED(chorusRecv(a_, 4, chorusFloat32, 1, c1(), nullptr), chorusInvalidUsage, c1(), "peer=1",
                  "itself");
   // Count 0 does not excuse a bad root or peer.
   EXPECT_REFUSED(chorusBroadcast(nullptr, nullptr, 0, chorusFloat32, 7, c0(), nullptr), chorusInvalidArgument,
