@@ -21,6 +21,7 @@ mkdir -p "$out"
 rm -rf "$out/peers" && cp -r "$src" "$out/peers" && rm -rf "$out/peers/results"
 make -s -C "$out/peers" >/dev/null
 for run in $(seq 1 "$RUNS"); do
+  mkdir -p "$out/run$run"
   for n in $NRANKS; do
     /usr/bin/python3 "$out/peers/runpeer.py" --out "$out/run$run/$CHORUS_NAME-$n.txt" --timeout 600 \
       -- env ${CHORUS_ENV:-} "$top/build/scripts/chorusrun" -n "$n" --no-prefix \
