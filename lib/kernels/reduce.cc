@@ -13,7 +13,7 @@ namespace {
 
 using detail::IsaTable;
 
-// ---- scalar float16 / bfloat16 conversions (bit-exact with F16C and the SIMD bfloat16 code) ----
+// ---- scalar float16 / bfloat16 conversions (bit-exact with F16C and the SIMD code, NaN payloads aside) ----
 
 float bitsToFloat(uint32_t u) {
   float f;

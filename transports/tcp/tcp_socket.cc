@@ -1,6 +1,7 @@
 #include "transports/tcp/tcp_socket.h"
 
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -49,6 +50,7 @@ void DataSocket::queueSend(const WireHeader& h, const uint8_t* data, Request* re
 void DataSocket::onEvents(uint32_t ev) {
   if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) readable_ = true;
   if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR)) writable_ = true;
+  if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) hangup_ = true;
 }
 
 bool DataSocket::flush() {
@@ -72,7 +74,12 @@ bool DataSocket::flush() {
     if (w < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) { writable_ = false; break; }
       if (errno == EINTR) continue;
-      failPeer(fmt::format("failed while sending ({}); the peer has probably died", std::strerror(errno)));
+      int e = errno;
+      if (e == EPIPE || e == ECONNRESET) {  // the peer may have said why before it went: read that first
+        hangup_ = readable_ = true;
+        drain();
+      }
+      failPeer(fmt::format("failed while sending ({}); the peer has probably died", std::strerror(e)));
     }
     moved = true;
     p.done += static_cast<size_t>(w);
@@ -107,11 +114,12 @@ void DataSocket::onHeader(const uint8_t* early, size_t earlyLen) {
       fail(code, "{} failed and aborted the communicator: {}", peer_->name(), text);
     }
     case FrameType::Data:
+      if (control_) failPeer("sent data on its control connection; closing");
       break;
     default:
       failPeer("sent a frame of unknown type; closing");
   }
-  if (recvq_.empty()) return;  // hold the header until a receive is posted
+  if (recvq_.empty() || !stash_.empty()) return;  // hold the header until a receive is posted
   const RecvPart& want = recvq_.front();
   if (!(tagOf(h) == want.tag) || h.msgLen != want.msgLen || h.partOffset != want.partOffset ||
       h.partLen != want.partLen)
@@ -130,23 +138,68 @@ void DataSocket::completeRecvPart() {
   completePart(r);
 }
 
-bool DataSocket::drain() {
+// The peer has hung up while a frame nobody asked for yet is parked: keep its payload (bounded: it is already in
+// this kernel's receive buffer, the peer can add nothing) and read on, to find the goodbye or abort behind it.
+void DataSocket::stashParked() {
+  int avail = 0;
+  if (ioctl(fd_.get(), FIONREAD, &avail) != 0 || static_cast<uint64_t>(avail) < hdr_.partLen)
+    failPeer("was closed in the middle of a message: the peer died or aborted");
+  Stashed st{hdr_, std::vector<uint8_t>(hdr_.partLen)};
+  recvAll(fd_.get(), st.payload.data(), st.payload.size(), deadlineIn(1.0), peer_->name());
+  stash_.push_back(std::move(st));
+  hdrGot_ = 0;
+}
+
+bool DataSocket::serveStash() {
   bool moved = false;
+  while (!stash_.empty() && !recvq_.empty()) {
+    Stashed& st = stash_.front();
+    const RecvPart& want = recvq_.front();
+    if (!(tagOf(st.hdr) == want.tag) || st.hdr.msgLen != want.msgLen || st.hdr.partOffset != want.partOffset ||
+        st.hdr.partLen != want.partLen)
+      mismatch(st.hdr, want);
+    std::memcpy(want.dst, st.payload.data(), st.payload.size());
+    stash_.pop_front();
+    Request* r = recvq_.front().req;
+    recvq_.pop_front();
+    completePart(r);
+    moved = true;
+  }
+  return moved;
+}
+
+bool DataSocket::drain() {
+  bool moved = serveStash();
+  if (!stash_.empty() && !recvq_.empty()) return moved;
+  if (eof_ && !recvq_.empty() && stash_.empty()) {
+    if (peerSaidBye_)
+      failPeer("was closed: the peer destroyed its communicator while this rank still expected data from it");
+    failPeer("was closed unexpectedly: the peer process died or was killed");
+  }
   while (readable_) {
     bool haveHdr = hdrGot_ == sizeof(WireHeader);
+    // With nothing posted, leave bytes in the kernel (one read per message later, header and payload together)
+    // unless the peer hung up: then read now to tell goodbye, abort and death apart.
+    if (!haveHdr && hdrGot_ == 0 && (recvq_.empty() || !stash_.empty()) && !hangup_ && !control_) break;
     if (haveHdr && !hdrValid_) {
-      if (recvq_.empty()) break;  // header parked, nobody wants its payload yet
+      if (recvq_.empty() || !stash_.empty()) {  // parked: nobody wants its payload yet
+        if (!hangup_) break;
+        stashParked();
+        moved = true;
+        continue;
+      }
       onHeader(nullptr, 0);
       moved = true;
       continue;
     }
+    bool speculate = !haveHdr && stash_.empty() && !recvq_.empty() && recvq_.front().partLen > 0;
     iovec iov[2];
     int n = 0;
     if (!haveHdr) {
       iov[n++] = {reinterpret_cast<uint8_t*>(&hdr_) + hdrGot_, sizeof(WireHeader) - hdrGot_};
       // Speculatively read the expected payload in the same call; a mismatching header fails the whole
       // operation anyway, so bytes landing in the posted buffer early are harmless.
-      if (!recvq_.empty() && recvq_.front().partLen > 0) iov[n++] = {recvq_.front().dst, recvq_.front().partLen};
+      if (speculate) iov[n++] = {recvq_.front().dst, recvq_.front().partLen};
     } else {
       const RecvPart& p = recvq_.front();
       iov[n++] = {p.dst + payloadGot_, p.partLen - payloadGot_};
@@ -162,7 +215,8 @@ bool DataSocket::drain() {
     }
     if (r == 0) {
       readable_ = false;
-      if (peerSaidBye_ && recvq_.empty() && hdrGot_ == 0) break;
+      eof_ = true;
+      if (peerSaidBye_ && hdrGot_ == 0 && (recvq_.empty() || !stash_.empty())) break;
       if (peerSaidBye_)
         failPeer("was closed: the peer destroyed its communicator while this rank still expected data from it");
       failPeer("was closed unexpectedly: the peer process died or was killed");
@@ -198,6 +252,23 @@ bool DataSocket::writeControl(const WireHeader& h, const std::string& text, Dead
   return true;
 }
 
-void DataSocket::shutdownBoth() { ::shutdown(fd_.get(), SHUT_RDWR); }
+void DataSocket::readAfterFailure() {
+  readable_ = true;
+  try {
+    drain();
+  } catch (const Error& e) {
+    if (std::string(e.what()).find("failed and aborted") != std::string::npos) throw;
+  }
+}
+
+void DataSocket::shutdownWrite() { ::shutdown(fd_.get(), SHUT_WR); }
+
+void DataSocket::closeHard() {
+  // Reset rather than FIN: a FIN queues behind unsent data and never reaches a peer that is itself blocked
+  // sending to us; a reset fails its pending send at once.
+  linger lg{1, 0};
+  setsockopt(fd_.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  fd_.reset();
+}
 
 }  // namespace chorus::transport::tcp

@@ -1,8 +1,9 @@
-// One data connection to one peer: a queue of frames to write and a queue of expected frames to read.
+// One connection to one peer (data, or the control connection): a queue of frames to write and a queue of expected frames to read.
 #pragma once
 
 #include <deque>
 #include <string>
+#include <vector>
 
 #include "lib/socket.h"
 #include "transports/tcp/wire.h"
@@ -19,7 +20,8 @@ struct RecvPart {
 
 class DataSocket {
  public:
-  DataSocket(Fd fd, const PeerInfo* self, const PeerInfo* peer) : fd_(std::move(fd)), self_(self), peer_(peer) {}
+  DataSocket(Fd fd, const PeerInfo* self, const PeerInfo* peer, bool control)
+      : fd_(std::move(fd)), self_(self), peer_(peer), control_(control) {}
 
   int fd() const { return fd_.get(); }
   void queueSend(const WireHeader& h, const uint8_t* data, Request* req);
@@ -32,7 +34,11 @@ class DataSocket {
   bool sendPending() const { return !sendq_.empty(); }
   // Blocking (bounded) write of a control frame at a frame boundary; false if not possible.
   bool writeControl(const WireHeader& h, const std::string& text, Deadline deadline);
-  void shutdownBoth();
+  // After this rank failed: drop the connection so that a peer blocked sending to us fails now.
+  void closeHard();
+  void shutdownWrite();
+  // Control connection: reads whatever is there now; throws the peer's abort reason if one arrived.
+  void readAfterFailure();
 
  private:
   struct SendPart {
@@ -46,17 +52,25 @@ class DataSocket {
   // A whole header is in hdr_; early/earlyLen: bytes that arrived after it in the same read.
   void onHeader(const uint8_t* early, size_t earlyLen);
   void completeRecvPart();
+  void stashParked();
+  bool serveStash();
 
   Fd fd_;
   const PeerInfo* self_;
   const PeerInfo* peer_;
-  bool readable_ = true, writable_ = true, peerSaidBye_ = false;
+  bool control_;  // carries only Bye/Abort frames: always read
+  bool readable_ = true, writable_ = true, hangup_ = false, eof_ = false, peerSaidBye_ = false;
   std::deque<SendPart> sendq_;
   std::deque<RecvPart> recvq_;
   WireHeader hdr_{};
   size_t hdrGot_ = 0;
   bool hdrValid_ = false;  // hdr_ holds a checked Data header matching recvq_.front()
   uint64_t payloadGot_ = 0;
+  struct Stashed {
+    WireHeader hdr;
+    std::vector<uint8_t> payload;
+  };
+  std::deque<Stashed> stash_;  // frames read after the peer hung up, before anyone asked for them
 };
 
 void completePart(Request* req);

@@ -65,7 +65,7 @@ class TcpTransport final : public Transport {
       fail(chorusInternalError, "tcp address of rank {} is malformed", peer);
     std::memcpy(&to.ss, address.data() + sizeof len, len);
     to.len = len;
-    for (int i = 0; i < setup_.nsocks; ++i) {
+    for (int i = 0; i <= setup_.nsocks; ++i) {  // the last one is the control connection
       Fd fd = connectTo(to, deadline);
       Hello h{kHelloMagic, kWireVersion, setup_.secret, setup_.commId, setup_.rank, i, setup_.nsocks, peer};
       sendAll(fd.get(), &h, sizeof h, deadline, setup_.peers[peer].name());
@@ -76,21 +76,21 @@ class TcpTransport final : public Transport {
   }
 
   void accept(int peer, Deadline deadline) override {
-    while (static_cast<int>(arrived_[peer].size()) < setup_.nsocks) {
+    while (static_cast<int>(arrived_[peer].size()) < setup_.nsocks + 1) {
       if (Clock::now() >= deadline)
         fail(chorusTimeout, "{}: {} did not connect before the init deadline", self().name(),
              setup_.peers[peer].name());
       pollPending(deadline);
     }
     auto& socks = arrived_[peer];
-    for (int i = 0; i < setup_.nsocks; ++i) addSocket(peer, std::move(socks.at(i)));
+    for (int i = 0; i <= setup_.nsocks; ++i) addSocket(peer, std::move(socks.at(i)));
     arrived_.erase(peer);
     CHORUS_INFO(kNet, "accepted {} over tcp ({} connections)", setup_.peers[peer].name(), setup_.nsocks);
   }
 
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
     auto& socks = conns_.at(peer);
-    int parts = partsFor(len, socks.size());
+    int parts = partsFor(len, static_cast<size_t>(setup_.nsocks));
     req->done = false;
     req->pendingParts = parts;
     for (int i = 0; i < parts; ++i) {
@@ -108,14 +108,14 @@ class TcpTransport final : public Transport {
       h.partOffset = off;
       h.partLen = plen;
       socks[i]->queueSend(h, static_cast<const uint8_t*>(buf) + off, req);
-      socks[i]->flush();
+      explained(peer, [&] { socks[i]->flush(); });
     }
     bytesSent_ += len;
   }
 
   void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) override {
     auto& socks = conns_.at(peer);
-    int parts = partsFor(len, socks.size());
+    int parts = partsFor(len, static_cast<size_t>(setup_.nsocks));
     req->done = false;
     req->pendingParts = parts;
     for (int i = 0; i < parts; ++i) {
@@ -132,12 +132,18 @@ class TcpTransport final : public Transport {
       (void)peer;
       conns_.at(peer)[idx]->onEvents(evs[i].events);
     }
+    // Reads first: an abort frame from a failing peer explains a send error that may follow on its socket.
+    // Control connections first: a peer's abort reason must win over the broken data connection it causes.
     bool moved = false;
+    for (auto& [peer, socks] : conns_) moved |= socks.back()->drain();
     for (auto& [peer, socks] : conns_)
-      for (auto& s : socks) {
-        moved |= s->flush();
-        moved |= s->drain();
-      }
+      explained(peer, [&] {
+        for (auto& s : socks) moved |= s->drain();
+      });
+    for (auto& [peer, socks] : conns_)
+      explained(peer, [&] {
+        for (auto& s : socks) moved |= s->flush();
+      });
     return moved;
   }
 
@@ -151,9 +157,10 @@ class TcpTransport final : public Transport {
     h.code = static_cast<uint32_t>(code);
     h.partLen = t.size();
     for (auto& [peer, socks] : conns_) {
-      if (!socks[0]->writeControl(h, t, deadline))
-        CHORUS_DEBUG(kNet, "could not tell {} about the failure (mid-frame)", setup_.peers[peer].name());
-      for (auto& s : socks) s->shutdownBoth();
+      if (!socks.back()->writeControl(h, t, deadline))
+        CHORUS_DEBUG(kNet, "could not tell {} why this rank failed", setup_.peers[peer].name());
+      socks.back()->shutdownWrite();
+      for (size_t i = 0; i + 1 < socks.size(); ++i) socks[i]->closeHard();
     }
   }
 
@@ -180,17 +187,30 @@ class TcpTransport final : public Transport {
     return {a, b - a};
   }
 
+  // Runs f; if a data connection to peer fails, the peer may have said why on its control connection before
+  // dropping the data ones: that reason (usually naming the rank that really died) replaces the symptom.
+  template <typename F>
+  void explained(int peer, F&& f) {
+    try {
+      f();
+    } catch (const Error&) {
+      conns_.at(peer).back()->readAfterFailure();
+      throw;
+    }
+  }
+
   void addSocket(int peer, Fd fd) {
     setNonBlocking(fd.get());
     tuneDataSocket(fd.get());
     auto& socks = conns_[peer];
+    bool control = static_cast<int>(socks.size()) == setup_.nsocks;
     uint64_t key = sockIndex_.size();
     sockIndex_.push_back({peer, socks.size()});
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     ev.data.u64 = key;
     if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) failErrno("epoll_ctl");
-    socks.push_back(std::make_unique<DataSocket>(std::move(fd), &self(), &setup_.peers[peer]));
+    socks.push_back(std::make_unique<DataSocket>(std::move(fd), &self(), &setup_.peers[peer], control));
   }
 
   // Accepts new connections and advances handshakes; bad ones are logged and dropped, never fatal.
@@ -238,7 +258,7 @@ class TcpTransport final : public Transport {
     if (h.nsocks != setup_.nsocks)
       fail(chorusInvalidUsage, "{} uses CHORUS_NSOCKS={} but {} uses {}; set the same value on every rank",
            setup_.peers[h.fromRank].name(), h.nsocks, self().name(), setup_.nsocks);
-    if (h.sockIndex < 0 || h.sockIndex >= h.nsocks || arrived_[h.fromRank].count(h.sockIndex))
+    if (h.sockIndex < 0 || h.sockIndex > h.nsocks || arrived_[h.fromRank].count(h.sockIndex))
       return fmt::format("bad or duplicate connection index {}", h.sockIndex);
     return "";
   }

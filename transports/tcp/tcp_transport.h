@@ -1,5 +1,6 @@
-// TCP transport: non-blocking sockets driven by one edge-triggered epoll set, CHORUS_NSOCKS connections per
-// peer. Messages of at least kSplitBytes are cut into one part per connection so that several kernel copies
+// TCP transport: non-blocking sockets driven by one edge-triggered epoll set, CHORUS_NSOCKS data connections
+// per peer plus one control connection that only ever carries goodbye and abort frames, so a failing rank can
+// always tell its peers why, even when its data connections are stuck mid-frame. Messages of at least kSplitBytes are cut into one part per connection so that several kernel copies
 // run at once; smaller ones travel whole on connection 0. Every part is framed by a 64-byte WireHeader that
 // repeats the message's OpTag (Note [Message tags] in transports/transport.h).
 //
