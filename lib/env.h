@@ -24,8 +24,8 @@ enum class Algo { Auto, Ring };
 
 struct Config {
   Algo algo = Algo::Auto;
-  int nsocks = 2;
-  size_t chunkBytes = 512 * 1024;
+  int nsocks = 1;
+  size_t chunkBytes = 1024 * 1024;
   int spinUs = 50;
   double timeoutSec = 600;
   double initTimeoutSec = 120;

@@ -32,6 +32,8 @@ class DataSocket {
   void onEvents(uint32_t events);
   bool idleForFrame() const { return sendq_.empty() || sendq_.front().done == 0; }
   bool sendPending() const { return !sendq_.empty(); }
+  bool sendBlocked() const { return !sendq_.empty() && !writable_; }
+  bool recvPosted() const { return !recvq_.empty(); }
   // Blocking (bounded) write of a control frame at a frame boundary; false if not possible.
   bool writeControl(const WireHeader& h, const std::string& text, Deadline deadline);
   // After this rank failed: drop the connection so that a peer blocked sending to us fails now.
