@@ -25,7 +25,7 @@ for run in $(seq 1 "$RUNS"); do
   for n in $NRANKS; do
     /usr/bin/python3 "$out/peers/runpeer.py" --out "$out/run$run/$CHORUS_NAME-$n.txt" --timeout 600 \
       -- env ${CHORUS_ENV:-} "$top/build/scripts/chorusrun" -n "$n" --no-prefix \
-      "$top/build/bench/all_reduce_perf" -a 1 -P 1 -b 8 -e "$MAXBYTES" -f 2 -c 1 || true
+      "$top/build/bench/all_reduce_perf" -a 1 -P 1 -z 1 -b 8 -e "$MAXBYTES" -f 2 -c 1 || true
   done
   NRANKS="$NRANKS" PEERS="$PEERS" MAXBYTES="$MAXBYTES" REPEAT_PEERS= SKIP_BUILD=1 RESULTS_DIR="$out/run$run" \
     bash "$out/peers/run_all.sh" >"$out/run$run.log" 2>&1 || true
