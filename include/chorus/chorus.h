@@ -9,6 +9,11 @@
  * must stay valid until chorusStreamSynchronize returns.
  *
  * Counts are in elements; count == 0 is a valid no-op; counts need not divide by nranks; any alignment.
+ *
+ * Errors: ranks whose calls differ (kind, count, datatype, op or root) get chorusInvalidUsage naming both ranks
+ * and both calls; a rank that only sends in that call (a Broadcast root, say) may complete it and get the error
+ * from its next call. A peer that dies makes every rank's pending and later calls fail with chorusRemoteError
+ * naming it. After such an error the communicator is unusable: destroy it (or abort it).
  */
 #ifndef CHORUS_CHORUS_H
 #define CHORUS_CHORUS_H
