@@ -1,6 +1,7 @@
 // Exported functions: version, errors, communicator life cycle.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -46,6 +47,25 @@ int parseEnvInt(const std::string& name, const std::string& value) {
   if (value.empty() || *end != '\0' || v < 0 || v > (1 << 24))
     fail(chorusInvalidArgument, "environment variable {}='{}' is not a valid non-negative integer", name, value);
   return static_cast<int>(v);
+}
+
+// When a launcher says every rank is on this node and no root address was given, all ranks can agree on one
+// without communicating: loopback and a port derived from the job's identity. "" when that is not the case.
+std::string singleNodeRoot(int nranks) {
+  auto env = [](const char* n) { const char* v = std::getenv(n); return std::string(v ? v : ""); };
+  std::string job;
+  if (env("OMPI_COMM_WORLD_LOCAL_SIZE") == std::to_string(nranks))
+    job = "ompi:" + env("OMPI_MCA_ess_base_jobid") + env("PMIX_NAMESPACE");
+  else if (env("MPI_LOCALNRANKS") == std::to_string(nranks) && !env("PMI_RANK").empty())
+    job = "hydra:" + std::to_string(getppid());  // every rank of this node is a child of one hydra proxy
+  else if (env("SLURM_NNODES") == "1" && !env("SLURM_JOB_ID").empty())
+    job = "slurm:" + env("SLURM_JOB_ID") + "." + env("SLURM_STEP_ID");
+  if (job.empty()) return "";
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across processes, unlike std::hash
+  for (unsigned char ch : job) h = (h ^ ch) * 1099511628211ull;
+  std::string root = "127.0.0.1:" + std::to_string(20000 + h % 30000);
+  CHORUS_INFO(kInit, "no CHORUS_ROOT/MASTER_ADDR: all {} ranks are on this node ({}), using {}", nranks, job, root);
+  return root;
 }
 
 void checkNotInGroup(const char* fn) {
@@ -130,10 +150,11 @@ chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm) {
     if (rootText.empty()) {
       const char* a = std::getenv("MASTER_ADDR");
       const char* p = std::getenv("MASTER_PORT");
-      if (a == nullptr || p == nullptr)
+      if (a != nullptr && p != nullptr) rootText = std::string(a) + ":" + p;
+      else rootText = singleNodeRoot(nranks);
+      if (rootText.empty())
         fail(chorusInvalidUsage, "chorusCommInitFromEnv needs the root address: set CHORUS_ROOT=host:port, or "
-                                 "MASTER_ADDR and MASTER_PORT");
-      rootText = std::string(a) + ":" + p;
+                                 "MASTER_ADDR and MASTER_PORT (needed unless all ranks run on one node)");
     }
     UniqueIdData root;
     root.root = SockAddr::parse(rootText);
@@ -150,7 +171,11 @@ chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm) {
       Fd listener;
       try {
         listener = listenOn(bindAddr, nullptr);
-      } catch (const Error&) {  // the name may resolve to an address of another interface: listen on all
+      } catch (const Error& e) {
+        if (std::string(e.what()).find(std::strerror(EADDRINUSE)) != std::string::npos)
+          fail(chorusSystemError, "rank 0 cannot listen at the root address {}: {}; choose a free one with CHORUS_ROOT",
+               rootText, e.what());
+        // Otherwise the name may resolve to an address of another interface: listen on all of them.
         SockAddr any;
         any.ss.ss_family = root.root.ss.ss_family;
         any.len = root.root.len;

@@ -4,6 +4,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "lib/bootstrap.h"
 #include "lib/error.h"
 #include "lib/log.h"
@@ -13,6 +15,8 @@ namespace chorus {
 
 Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config) : config_(config) {
   log::LogRankScope scope(rank);
+  for (const EnvSpec& e : envTable())
+    if (const char* v = std::getenv(e.name)) CHORUS_INFO(kEnv, "{}={}", e.name, v);
   Deadline deadline = deadlineIn(config_.initTimeoutSec);
   setup_.rank = rank;
   setup_.nranks = nranks;
