@@ -16,7 +16,8 @@ namespace chorus {
 Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config) : config_(config) {
   log::LogRankScope scope(rank);
   for (const EnvSpec& e : envTable())
-    if (const char* v = std::getenv(e.name)) CHORUS_INFO(kEnv, "{}={}", e.name, v);
+    if (const char* v = std::getenv(e.name))
+      CHORUS_INFO(kEnv, "{}={}", e.name, std::string(e.name) == "CHORUS_SECRET" ? "(set, not shown)" : v);
   Deadline deadline = deadlineIn(config_.initTimeoutSec);
   setup_.rank = rank;
   setup_.nranks = nranks;
