@@ -83,7 +83,9 @@ chorusResult_t chorusGetVersion(int* version) {
   });
 }
 
-const char* chorusGetErrorString(chorusResult_t r) {
+const char* chorusGetErrorString(chorusResult_t result) {
+  int r;  // any int may arrive from C: never load an out-of-range value through the enum type
+  std::memcpy(&r, &result, sizeof r);
   switch (r) {
     case chorusSuccess: return "no error";
     case chorusUnhandledCudaError: return "unhandled CUDA error";

@@ -104,7 +104,7 @@ void DataSocket::onHeader(const uint8_t* early, size_t earlyLen) {
     case FrameType::Abort: {
       std::string text(std::min<uint64_t>(h.partLen, kMaxAbortText), '\0');
       size_t have = std::min(earlyLen, text.size());
-      std::memcpy(text.data(), early, have);
+      if (have > 0) std::memcpy(text.data(), early, have);
       try {
         recvAll(fd_.get(), text.data() + have, text.size() - have, deadlineIn(1.0), peer_->name());
       } catch (const Error&) {
