@@ -1,6 +1,7 @@
 #include "lib/comm.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   setup_.commId = boot.commId;
   for (const RankInfo& r : boot.ranks) setup_.peers.push_back({r.rank, r.pid, r.host, r.hostId});
 
+  chooseSpin();
   sendSeq_.assign(nranks, 0);
   recvSeq_.assign(nranks, 0);
   route_.assign(nranks, nullptr);
@@ -56,6 +58,19 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
 }
 
 Comm::~Comm() = default;
+
+// Spinning only pays when the peer we wait for has a core of its own. With more ranks on this host than cores
+// (the normal case of tests here), a spinning rank steals the time slice of the rank it waits for: sleep at once.
+void Comm::chooseSpin() {
+  if (config_.spinUs >= 0) return;
+  int local = 0;
+  for (const auto& p : setup_.peers) local += p.hostId == setup_.peers[rank()].hostId ? 1 : 0;
+  cpu_set_t set;
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  config_.spinUs = local > cores ? 0 : 50;
+  CHORUS_INFO(kInit, "{} ranks on this host, {} cores: waiting ranks spin {} us before sleeping", local, cores,
+              config_.spinUs);
+}
 
 void Comm::connectPeers(const std::vector<std::vector<uint8_t>>& addresses, Deadline deadline) {
   // Lower rank connects, higher accepts. Connecting first to every higher rank never blocks on the peer's
@@ -121,8 +136,8 @@ Error Comm::markFailed(const Error& e) {
   if (first) {
     failed_ = true;
     CHORUS_WARN(kColl, "{}", e.what());
-    if (tcp_) tcp_->sendAbort(e.code(), e.what(), deadlineIn(0.5));
   }
+  tellPeers();
   return e;
 }
 
@@ -151,9 +166,25 @@ void Comm::abort() {
   failed_ = true;
 }
 
+void Comm::tellPeers() {
+  if (peersTold_ || !tcp_) return;
+  peersTold_ = true;
+  chorusResult_t code;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    code = failCode_;
+    why = failure_;
+  }
+  tcp_->sendAbort(code, why, deadlineIn(0.5));
+}
+
 void Comm::shutdown() {
   executor_->drain();
-  if (!failed_.load()) tcp_->close(deadlineIn(1.0));
+  if (failed_.load())
+    tellPeers();  // e.g. aborted while idle: the peers learn why instead of seeing a dead connection
+  else
+    tcp_->close(deadlineIn(1.0));
 }
 
 void Comm::setLastError(const std::string& text) {

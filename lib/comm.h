@@ -71,6 +71,9 @@ class Comm {
 
  private:
   void connectPeers(const std::vector<std::vector<uint8_t>>& addresses, Deadline deadline);
+  // Sends the recorded failure to every peer, once; only from the executing thread or once it is idle.
+  void tellPeers();
+  void chooseSpin();
 
   Config config_;
   transport::Setup setup_;
@@ -80,6 +83,7 @@ class Comm {
   Fd abortFd_;  // eventfd: wakes a sleeping waiter on abort
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};
+  bool peersTold_ = false;
   mutable std::mutex mu_;  // guards failure_ and lastError_
   chorusResult_t failCode_ = chorusSuccess;
   std::string failure_;

@@ -19,7 +19,8 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_ALGO", "enum", "AUTO", "collective algorithm: RING or AUTO (tree arrives later)"},
     {"CHORUS_NSOCKS", "int", "1", "TCP connections per peer; large messages are split across them (1..16)"},
     {"CHORUS_CHUNK_BYTES", "bytes", "1M", "pipeline chunk of the ring and chain algorithms (4K..64M)"},
-    {"CHORUS_SPIN_US", "int", "50", "microseconds a waiting rank polls before it sleeps in epoll (0..100000)"},
+    {"CHORUS_SPIN_US", "int", "", "microseconds a waiting rank polls before it sleeps in epoll (0..100000); "
+     "default 50, or 0 when this host runs more ranks than it has cores"},
     {"CHORUS_TIMEOUT", "int", "600", "seconds an operation may make no progress before chorusTimeout (1..)"},
     {"CHORUS_INIT_TIMEOUT", "int", "120", "seconds communicator creation may take before chorusTimeout (1..)"},
     {"CHORUS_SOCKET_IFNAME", "string", "",
@@ -93,7 +94,7 @@ Config Config::fromEnv() {
   if (!parseBytes(chunkText, &chunk) || chunk < 4096 || chunk > (64u << 20))
     badValue("CHORUS_CHUNK_BYTES", chunkText, "a size in [4K, 64M] such as 512K");
   c.chunkBytes = chunk;
-  c.spinUs = static_cast<int>(intValue("CHORUS_SPIN_US", 0, 100000));
+  if (!envValue("CHORUS_SPIN_US").empty()) c.spinUs = static_cast<int>(intValue("CHORUS_SPIN_US", 0, 100000));
   c.timeoutSec = static_cast<double>(intValue("CHORUS_TIMEOUT", 1, 1LL << 31));
   c.initTimeoutSec = static_cast<double>(intValue("CHORUS_INIT_TIMEOUT", 1, 1LL << 31));
   c.socketIfname = envValue("CHORUS_SOCKET_IFNAME");

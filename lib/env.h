@@ -26,7 +26,7 @@ struct Config {
   Algo algo = Algo::Auto;
   int nsocks = 1;
   size_t chunkBytes = 1024 * 1024;
-  int spinUs = 50;
+  int spinUs = -1;  // -1: chosen at init from ranks per host and cores (Comm::Comm)
   double timeoutSec = 600;
   double initTimeoutSec = 120;
   std::string socketIfname;

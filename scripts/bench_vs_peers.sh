@@ -30,5 +30,5 @@ for run in $(seq 1 "$RUNS"); do
   NRANKS="$NRANKS" PEERS="$PEERS" MAXBYTES="$MAXBYTES" REPEAT_PEERS= SKIP_BUILD=1 RESULTS_DIR="$out/run$run" \
     bash "$out/peers/run_all.sh" >"$out/run$run.log" 2>&1 || true
 done
-/usr/bin/python3 "$top/scripts/peer_table.py" "$out"/run*
+/usr/bin/python3 "$top/scripts/peer_table.py" "$out"/run*/
 echo "tables in $out"
