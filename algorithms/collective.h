@@ -27,6 +27,8 @@ void ringReduceScatter(Comm& comm, const OpTag& tag, const CollArgs& a);
 void ringAllGather(Comm& comm, const OpTag& tag, const CollArgs& a);
 // algorithms/recursive_doubling.cc: latency-optimal allreduce for small messages.
 void recursiveDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a);
+// algorithms/halving_doubling.cc: Rabenseifner's allreduce for mid-sized messages.
+void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a);
 // algorithms/chain.cc: pipelined chains from / to the root.
 void chainBroadcast(Comm& comm, const OpTag& tag, const CollArgs& a);
 void chainReduce(Comm& comm, const OpTag& tag, const CollArgs& a);

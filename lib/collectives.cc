@@ -32,15 +32,23 @@ TaggedCall tagCall(Comm& comm, const algo::CollArgs& a) {
 
 namespace {
 
-// AUTO: up to this size recursive doubling's log2(n) exchanges beat the ring's 2(n-1) steps even though each
-// exchange carries the whole buffer. Measured over TCP loopback with all_reduce_perf -z 1: at 256 KiB recursive
-// doubling takes 67/225/323/1078 us against the ring's 74/385/612/1809 us for 2/3/4/8 ranks; at 1 MiB the ring
-// wins (253 vs 608 us at 2 ranks) or ties (8 ranks).
+// AUTO picks the allreduce by size and rank count; CHORUS_ALGO=RING forces the ring. Measured over TCP loopback
+// with all_reduce_perf -z 1 (README.md, "Algorithm selection"):
+//  * up to 256 KiB recursive doubling's log2(n) exchanges beat the ring's 2(n-1) steps although each exchange
+//    carries the whole buffer: 67/225/323/1078 us against 74/385/612/1809 us at 256 KiB for 2/3/4/8 ranks;
+//  * from there to 2 MiB, with 4 or more ranks, halving-doubling moves the ring's bytes in 2*log2(p) steps:
+//    1.1 ms against 2.0 ms at 1 MiB for 4 ranks, 2.2 against 6.1 ms for 8; at 2 ranks the two tie, at 4 MiB and
+//    above the pipelined ring wins.
+enum class AllReduceAlgo { RecursiveDoubling, HalvingDoubling, Ring };
 constexpr size_t kRecursiveDoublingMaxBytes = 256 * 1024;
+constexpr size_t kHalvingDoublingMaxBytes = 2 * 1024 * 1024;
 
-bool useRecursiveDoubling(const Comm& comm, const algo::CollArgs& a) {
-  if (comm.config().algo == Algo::Ring) return false;
-  return a.count * kernels::dataTypeSize(a.dtype) <= kRecursiveDoublingMaxBytes;
+AllReduceAlgo chooseAllReduce(const Comm& comm, const algo::CollArgs& a) {
+  if (comm.config().algo == Algo::Ring) return AllReduceAlgo::Ring;
+  size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
+  if (bytes <= kRecursiveDoublingMaxBytes) return AllReduceAlgo::RecursiveDoubling;
+  if (comm.nranks() >= 4 && bytes <= kHalvingDoublingMaxBytes) return AllReduceAlgo::HalvingDoubling;
+  return AllReduceAlgo::Ring;
 }
 
 void runOne(Comm& comm, const TaggedCall& c) {
@@ -49,7 +57,11 @@ void runOne(Comm& comm, const TaggedCall& c) {
                a.recvbuff);
   switch (a.kind) {
     case OpKind::AllReduce:
-      if (useRecursiveDoubling(comm, a)) return algo::recursiveDoublingAllReduce(comm, c.tag, a);
+      switch (chooseAllReduce(comm, a)) {
+        case AllReduceAlgo::RecursiveDoubling: return algo::recursiveDoublingAllReduce(comm, c.tag, a);
+        case AllReduceAlgo::HalvingDoubling: return algo::halvingDoublingAllReduce(comm, c.tag, a);
+        case AllReduceAlgo::Ring: break;
+      }
       return algo::ringAllReduce(comm, c.tag, a);
     case OpKind::ReduceScatter: return algo::ringReduceScatter(comm, c.tag, a);
     case OpKind::AllGather: return algo::ringAllGather(comm, c.tag, a);

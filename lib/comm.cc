@@ -54,7 +54,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
               nranks, host, setup_.commId);
   CHORUS_INFO(kColl, "algorithms: AllReduce {}; ReduceScatter/AllGather ring; Broadcast/Reduce pipelined chain; "
               "AllToAll/Send/Recv direct; Barrier dissemination",
-              config_.algo == Algo::Ring ? "ring (CHORUS_ALGO=RING)" : "recursive doubling up to 256 KiB, ring above");
+              config_.algo == Algo::Ring ? "ring (CHORUS_ALGO=RING)" : "recursive doubling up to 256 KiB, halving-doubling up to 2 MiB (4+ ranks), ring above");
 }
 
 Comm::~Comm() = default;

@@ -13,7 +13,8 @@ class Smoke : public ::testing::TestWithParam<int> {};
 
 TEST_P(Smoke, AllReduceFloatSum) {
   int n = GetParam();
-  for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000003)}) {
+  // Counts that reach each AUTO choice: recursive doubling, halving-doubling (4+ ranks), ring.
+  for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(65537), size_t(500001), size_t(1000003)}) {
     auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
       std::vector<float> in(count), out(count, -1.0f);
       for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i * 7 + r * 3) % 5);
