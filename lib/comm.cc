@@ -59,8 +59,11 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
 
 Comm::~Comm() = default;
 
-// Spinning only pays when the peer we wait for has a core of its own. With more ranks on this host than cores
-// (the normal case of tests here), a spinning rank steals the time slice of the rank it waits for: sleep at once.
+// Busy spinning only pays when the peer we wait for has a core of its own. With more ranks on this host than
+// cores (the normal case of tests here) a spinning rank steals the time slice of the rank it waits for, so it
+// only polls between sched_yield calls (CHORUS_YIELD_US) before it sleeps. Measured, 4 ranks on 2 cores, 8 B
+// allreduce: 124-131 us spinning 50 us, 98 us sleeping at once, 44-47 us yielding for 200 us; 8 ranks: 459 us
+// sleeping at once, 172 us yielding.
 void Comm::chooseSpin() {
   if (config_.spinUs >= 0) return;
   int local = 0;
@@ -94,6 +97,7 @@ void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
   using namespace std::chrono;
   auto lastMove = Clock::now();
   const auto spin = microseconds(config_.spinUs);
+  const auto yield = microseconds(config_.yieldUs);
   const auto timeout = duration_cast<Clock::duration>(duration<double>(config_.timeoutSec));
   while (!done()) {
     if (aborted_.load(std::memory_order_relaxed))
@@ -104,6 +108,10 @@ void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
     }
     auto now = Clock::now();
     if (now - lastMove < spin) continue;
+    if (now - lastMove < spin + yield) {  // let a runnable peer on our core go first, but keep polling
+      sched_yield();
+      continue;
+    }
     if (now - lastMove > timeout)
       fail(chorusTimeout, "{}: {} made no progress for {} s (CHORUS_TIMEOUT); a peer is stuck or unreachable",
            name(), transport::describe(tag), config_.timeoutSec);

@@ -21,6 +21,8 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_CHUNK_BYTES", "bytes", "1M", "pipeline chunk of the ring and chain algorithms (4K..64M)"},
     {"CHORUS_SPIN_US", "int", "", "microseconds a waiting rank polls before it sleeps in epoll (0..100000); "
      "default 50, or 0 when this host runs more ranks than it has cores"},
+    {"CHORUS_YIELD_US", "int", "200",
+     "microseconds a waiting rank then polls between sched_yield calls before it sleeps (0..100000)"},
     {"CHORUS_TIMEOUT", "int", "600", "seconds an operation may make no progress before chorusTimeout (1..)"},
     {"CHORUS_INIT_TIMEOUT", "int", "120", "seconds communicator creation may take before chorusTimeout (1..)"},
     {"CHORUS_SOCKET_IFNAME", "string", "",
@@ -94,6 +96,7 @@ Config Config::fromEnv() {
   if (!parseBytes(chunkText, &chunk) || chunk < 4096 || chunk > (64u << 20))
     badValue("CHORUS_CHUNK_BYTES", chunkText, "a size in [4K, 64M] such as 512K");
   c.chunkBytes = chunk;
+  c.yieldUs = static_cast<int>(intValue("CHORUS_YIELD_US", 0, 100000));
   if (!envValue("CHORUS_SPIN_US").empty()) c.spinUs = static_cast<int>(intValue("CHORUS_SPIN_US", 0, 100000));
   c.timeoutSec = static_cast<double>(intValue("CHORUS_TIMEOUT", 1, 1LL << 31));
   c.initTimeoutSec = static_cast<double>(intValue("CHORUS_INIT_TIMEOUT", 1, 1LL << 31));

@@ -26,7 +26,8 @@ struct Config {
   Algo algo = Algo::Auto;
   int nsocks = 1;
   size_t chunkBytes = 1024 * 1024;
-  int spinUs = -1;  // -1: chosen at init from ranks per host and cores (Comm::Comm)
+  int spinUs = -1;  // -1: chosen at init from ranks per host and cores (Comm::chooseSpin)
+  int yieldUs = 200;
   double timeoutSec = 600;
   double initTimeoutSec = 120;
   std::string socketIfname;

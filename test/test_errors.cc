@@ -27,47 +27,16 @@
 
 #include "lib/comm.h"
 #include "test/ranks.h"
+#include "test/watchdog.h"
 
 namespace {
 
 using chorus::test::check;
 using chorus::test::runRanks;
+using chorus::test::Watchdog;
 using Clock = std::chrono::steady_clock;
 
 double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Ends the process if the test that created it runs for more than `seconds`.
-class Watchdog {
- public:
-  explicit Watchdog(double seconds = 20.0) {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    name_ = info ? std::string(info->test_suite_name()) + "." + info->name() : "?";
-    thread_ = std::thread([this, seconds] {
-      std::unique_lock<std::mutex> g(mu_);
-      if (!cv_.wait_for(g, std::chrono::duration<double>(seconds), [&] { return done_; })) {
-        std::fprintf(stderr, "\nWATCHDOG: %s took more than %.0f s (a hang); failing the whole run\n",
-                     name_.c_str(), seconds);
-        std::fflush(stderr);
-        _exit(1);
-      }
-    });
-  }
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::string name_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
 
 // Sets (value != nullptr) or unsets environment variables for one scope, restoring them afterwards.
 class EnvGuard {

@@ -39,10 +39,13 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "test/watchdog.h"
 
 extern char** environ;
 
 namespace {
+
+using chorus::test::Watchdog;
 
 int64_t monoNs() {
   timespec ts{};
@@ -405,41 +408,11 @@ class Procs {
   std::vector<Child> children_;
 };
 
-// Kills every child and ends the process if a test runs for more than `seconds`.
-class Watchdog {
- public:
-  explicit Watchdog(double seconds) {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "?";
-    thread_ = std::thread([this, seconds, name] {
-      std::unique_lock<std::mutex> g(mu_);
-      if (!cv_.wait_for(g, std::chrono::duration<double>(seconds), [&] { return done_; })) {
-        std::fprintf(stderr, "\nWATCHDOG: %s took more than %.0f s; killing its children and failing\n",
-                     name.c_str(), seconds);
-        {
-          std::lock_guard<std::mutex> l(gLiveMu);
-          for (pid_t p : gLive) killGroupNow(p);
-        }
-        std::fflush(stderr);
-        _exit(1);
-      }
-    });
-  }
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
+// Kills every child still running: what a Watchdog does before it ends a hung test.
+void killAllChildren() {
+  std::lock_guard<std::mutex> l(gLiveMu);
+  for (pid_t p : gLive) killGroupNow(p);
+}
 
 int freePort() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -552,7 +525,7 @@ bool blamesALiveRank(const std::string& text, int dead) {
 // =========================================================================================================
 
 TEST(Failures, SigkillOneRankOfFourMidAllReduce) {
-  Watchdog wd(60);
+  Watchdog wd(60, killAllChildren);
   const int n = 4, victim = 2;
   const int port = freePort();
   const uint64_t secret = randomSecret();
@@ -602,7 +575,7 @@ TEST(Failures, SigkillOneRankOfFourMidAllReduce) {
 }
 
 TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
-  Watchdog wd(90);
+  Watchdog wd(90, killAllChildren);
   const int port = freePort();
   const uint64_t secret = randomSecret();
   Procs p;
@@ -683,7 +656,7 @@ TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
 }
 
 TEST(Failures, BroadcastVersusAllReduceAcrossProcesses) {
-  Watchdog wd(60);
+  Watchdog wd(60, killAllChildren);
   const int n = 4;
   const int port = freePort();
   const uint64_t secret = randomSecret();
@@ -711,7 +684,7 @@ TEST(Failures, BroadcastVersusAllReduceAcrossProcesses) {
 }
 
 TEST(Failures, RankExitsWithoutDestroyUnderChorusrun) {
-  Watchdog wd(60);
+  Watchdog wd(60, killAllChildren);
   Procs p;
   int64_t t0 = monoNs();
   p.spawn({chorusrunPath(), "-n", "4", "--", selfExe(), "--worker=crash"}, {});
@@ -725,7 +698,7 @@ TEST(Failures, RankExitsWithoutDestroyUnderChorusrun) {
 
 // Without a launcher to stop them, the survivors must fail on their own.
 TEST(Failures, RankExitsWithoutDestroySurvivorsFailOnTheirOwn) {
-  Watchdog wd(60);
+  Watchdog wd(60, killAllChildren);
   const int n = 4;
   const int port = freePort();
   const uint64_t secret = randomSecret();
