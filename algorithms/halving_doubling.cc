@@ -1,14 +1,14 @@
 // Halving-doubling allreduce (Rabenseifner): a reduce-scatter by recursive halving, then an all-gather by
 // recursive doubling. Each rank sends 2(p-1)/p of the buffer, like the ring, but in 2*log2(p) steps instead of
 // 2(n-1), which wins for mid-sized messages, above all when ranks share cores and every step costs a wake-up.
-// Vocabulary as in recursive_doubling.cc: p = largest power of two <= n; the first 2*(n-p) ranks fold pairwise
-// so that p "active" ranks remain. The buffer is cut into p blocks (ring.h's balanced segments); at halving
-// step `mask` an active rank keeps the half of its current block range on its side of bit `mask` and sends the
-// other half to active ^ mask. Every block is reduced by exactly one rank and then only copied, so all ranks end
-// with bitwise identical values.
+// Ranks are folded onto a power of two p (algorithms/fold.h). The buffer is cut into p blocks (ring.h's balanced
+// segments); at halving step `mask` an active rank keeps the half of its current block range on its side of bit
+// `mask` and sends the other half to active ^ mask. Every block is reduced by exactly one rank and then only
+// copied, so all ranks end with bitwise identical values.
 #include <cstring>
 
 #include "algorithms/collective.h"
+#include "algorithms/fold.h"
 #include "algorithms/ring.h"
 #include "lib/kernels/reduce.h"
 
@@ -20,31 +20,15 @@ void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   auto out = static_cast<uint8_t*>(a.recvbuff);
   if (a.sendbuff != a.recvbuff) std::memmove(out, a.sendbuff, bytes);
   if (n == 1) return;
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  const int extra = n - p;
-  auto realRank = [&](int active) { return active < extra ? active * 2 + 1 : active + extra; };
+  const PowerOfTwoFold fold(n, r);
+  const int p = fold.p(), active = fold.active();
   auto off = [&](int block) { return segmentOffset(a.count, p, block) * es; };
   uint8_t* tmp = comm.scratch(bytes, 2);
-
-  if (r < 2 * extra && r % 2 == 0) {  // folded into r+1: contribute, then receive the result
-    Request s, v;
-    comm.isend(r + 1, out, bytes, tag, &s);
-    comm.irecv(r + 1, out, bytes, tag, &v);
-    comm.waitUntil([&] { return s.done && v.done; }, tag);
-    return;
-  }
-  if (r < 2 * extra) {
-    Request v;
-    comm.irecv(r - 1, tmp, bytes, tag, &v);
-    comm.wait(v, tag);
-    kernels::reduce(out, out, tmp, a.count, a.dtype, a.op);
-  }
-  const int active = r < 2 * extra ? r / 2 : r - extra;
+  if (!fold.foldIn(comm, tag, a, out, tmp)) return;
 
   int lo = 0, hi = p;  // blocks this rank is still responsible for
   for (int mask = p / 2; mask >= 1; mask /= 2) {
-    const int peer = realRank(active ^ mask), mid = (lo + hi) / 2;
+    const int peer = fold.realRank(active ^ mask), mid = (lo + hi) / 2;
     const bool upper = (active & mask) != 0;
     const int keepLo = upper ? mid : lo, keepHi = upper ? hi : mid;
     const int giveLo = upper ? lo : mid, giveHi = upper ? mid : hi;
@@ -59,7 +43,7 @@ void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   }
   if (a.op == chorusAvg) kernels::scaleDivide(out + off(lo), (off(hi) - off(lo)) / es, a.dtype, n);
   for (int mask = 1; mask < p; mask *= 2) {
-    const int peer = realRank(active ^ mask), size = hi - lo;
+    const int peer = fold.realRank(active ^ mask), size = hi - lo;
     const bool upper = (active & mask) != 0;
     const int theirLo = upper ? lo - size : hi, theirHi = theirLo + size;
     Request s, v;
@@ -69,11 +53,7 @@ void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
     lo = upper ? theirLo : lo;
     hi = upper ? hi : theirHi;
   }
-  if (r < 2 * extra) {
-    Request s;
-    comm.isend(r - 1, out, bytes, tag, &s);
-    comm.wait(s, tag);
-  }
+  fold.foldOut(comm, tag, a, out);
 }
 
 }  // namespace chorus::algo
