@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "lib/comm.h"
+#include "test/comms.h"
 #include "test/ranks.h"
 #include "test/watchdog.h"
 
@@ -34,77 +35,14 @@ namespace {
 using chorus::test::check;
 using chorus::test::runRanks;
 using chorus::test::Watchdog;
+using chorus::test::EnvGuard;
+using chorus::test::makeComms;
+using chorus::test::destroyAll;
+using chorus::test::onAll;
 using Clock = std::chrono::steady_clock;
 
 double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Sets (value != nullptr) or unsets environment variables for one scope, restoring them afterwards.
-class EnvGuard {
- public:
-  void set(const char* name, const char* value) {
-    if (!saved_.count(name)) {
-      const char* old = std::getenv(name);
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-    }
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~EnvGuard() {
-    for (auto& [name, old] : saved_) {
-      if (old) setenv(name.c_str(), old->c_str(), 1);
-      else unsetenv(name.c_str());
-    }
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
-};
-
-// Communicators of all n ranks, created on n threads and handed to the calling thread.
-std::vector<chorusComm_t> makeComms(int n) {
-  setenv("CHORUS_SOCKET_IFNAME", "=lo", 0);  // as runRanks: loopback unless told otherwise
-  chorusUniqueId id;
-  if (chorusGetUniqueId(&id) != chorusSuccess)
-    throw std::runtime_error(std::string("chorusGetUniqueId: ") + chorusGetLastError(nullptr));
-  std::vector<chorusComm_t> comms(static_cast<size_t>(n), nullptr);
-  std::vector<std::string> errs(static_cast<size_t>(n));
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r)
-    ts.emplace_back([&, r] {
-      if (chorusCommInitRank(&comms[r], n, id, r) != chorusSuccess) errs[r] = chorusGetLastError(nullptr);
-    });
-  for (auto& t : ts) t.join();
-  for (int r = 0; r < n; ++r)
-    if (!errs[r].empty()) throw std::runtime_error("init of rank " + std::to_string(r) + ": " + errs[r]);
-  return comms;
-}
-
-void destroyAll(std::vector<chorusComm_t>& comms) {
-  for (auto& c : comms)
-    if (c) {
-      EXPECT_EQ(chorusCommDestroy(c), chorusSuccess) << chorusGetLastError(nullptr);
-      c = nullptr;
-    }
-}
-
-// Runs fn(rank, comm) on one thread per communicator; returns the failure texts.
-std::vector<std::string> onAll(const std::vector<chorusComm_t>& comms,
-                               const std::function<void(int, chorusComm_t)>& fn) {
-  std::vector<std::string> errs;
-  std::mutex mu;
-  std::vector<std::thread> ts;
-  for (size_t r = 0; r < comms.size(); ++r)
-    ts.emplace_back([&, r] {
-      try {
-        fn(static_cast<int>(r), comms[r]);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> g(mu);
-        errs.push_back("rank " + std::to_string(r) + ": " + e.what());
-      }
-    });
-  for (auto& t : ts) t.join();
-  return errs;
-}
 
 const char* codeName(chorusResult_t rc) {
   switch (rc) {
