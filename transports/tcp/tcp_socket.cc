@@ -158,7 +158,7 @@ bool DataSocket::serveStash() {
     if (!(tagOf(st.hdr) == want.tag) || st.hdr.msgLen != want.msgLen || st.hdr.partOffset != want.partOffset ||
         st.hdr.partLen != want.partLen)
       mismatch(st.hdr, want);
-    std::memcpy(want.dst, st.payload.data(), st.payload.size());
+    if (!st.payload.empty()) std::memcpy(want.dst, st.payload.data(), st.payload.size());
     stash_.pop_front();
     Request* r = recvq_.front().req;
     recvq_.pop_front();
