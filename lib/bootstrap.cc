@@ -18,7 +18,8 @@ namespace {
 
 constexpr uint32_t kIdMagic = 0x43484944;  // "CHID"
 constexpr uint32_t kBootMagic = 0x43484253;  // "CHBS"
-constexpr uint32_t kBootVersion = 1;
+constexpr uint32_t kBootVersion = 2;
+constexpr uint32_t kMaxTransports = 8;
 constexpr size_t kMaxInfoFrame = 4096;
 constexpr size_t kMaxTableFrame = 64u << 20;
 constexpr double kHandshakeSeconds = 5.0;
@@ -77,7 +78,8 @@ void putInfo(Writer& w, const RankInfo& r) {
   w.put<int32_t>(r.pid);
   w.putString(r.host);
   w.putString(r.hostId);
-  w.putBytes(r.address.data(), r.address.size());
+  w.put<uint32_t>(static_cast<uint32_t>(r.addresses.size()));
+  for (const auto& a : r.addresses) w.putBytes(a.data(), a.size());
 }
 
 RankInfo getInfo(Reader& rd) {
@@ -87,7 +89,9 @@ RankInfo getInfo(Reader& rd) {
   r.pid = rd.get<int32_t>();
   r.host = rd.getString(256);
   r.hostId = rd.getString(512);
-  r.address = rd.getBytes(256);
+  uint32_t n = rd.get<uint32_t>();
+  if (n > kMaxTransports) fail(chorusRemoteError, "malformed bootstrap frame: {} transport addresses", n);
+  for (uint32_t i = 0; i < n; ++i) r.addresses.push_back(rd.getBytes(256));
   return r;
 }
 

@@ -20,7 +20,7 @@ struct RankInfo {
   int pid = 0;
   std::string host;
   std::string hostId;
-  std::vector<uint8_t> address;  // the transport's opaque listen address
+  std::vector<std::vector<uint8_t>> addresses;  // one opaque listen address per transport (empty: not offered)
 };
 
 struct UniqueIdData {

@@ -5,11 +5,13 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "lib/bootstrap.h"
 #include "lib/error.h"
 #include "lib/log.h"
+#include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace chorus {
@@ -27,7 +29,8 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   setup_.socketIfname = config_.socketIfname;
   abortFd_ = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!abortFd_) failErrno("eventfd");
-  tcp_ = transport::tcp::create(setup_);
+  transports_.push_back(transport::tcp::create(setup_));
+  transports_.push_back(transport::shm::create(setup_));
 
   RankInfo mine;
   mine.rank = rank;
@@ -37,7 +40,9 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   gethostname(host, sizeof host - 1);
   mine.host = host;
   mine.hostId = hostIdentity(config_.hostId);
-  mine.address = tcp_->address();
+  for (const auto& t : transports_)
+    mine.addresses.push_back(config_.shmDisable && std::string(t->name()) == "shm" ? std::vector<uint8_t>{}
+                                                                                   : t->address());
   BootstrapResult boot = exchangeWithRoot(root, mine, deadline);
   setup_.commId = boot.commId;
   for (const RankInfo& r : boot.ranks) setup_.peers.push_back({r.rank, r.pid, r.host, r.hostId});
@@ -46,12 +51,9 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   sendSeq_.assign(nranks, 0);
   recvSeq_.assign(nranks, 0);
   route_.assign(nranks, nullptr);
-  std::vector<std::vector<uint8_t>> addresses;
-  for (const RankInfo& r : boot.ranks) addresses.push_back(r.address);
-  connectPeers(addresses, deadline);
+  connectPeers(boot.ranks, deadline);
   executor_ = std::make_unique<Executor>(*this);
-  CHORUS_INFO(kInit, "communicator ready: rank {} of {} on {}, commId {:016x}; transport tcp to every peer", rank,
-              nranks, host, setup_.commId);
+  CHORUS_INFO(kInit, "communicator ready: rank {} of {} on {}, commId {:016x}", rank, nranks, host, setup_.commId);
   CHORUS_INFO(kColl, "algorithms: AllReduce {}; ReduceScatter/AllGather ring; Broadcast/Reduce pipelined chain; "
               "AllToAll/Send/Recv direct; Barrier dissemination",
               config_.algo == Algo::Ring ? "ring (CHORUS_ALGO=RING)" : "recursive doubling up to 256 KiB, halving-doubling up to 2 MiB (4+ ranks), ring above");
@@ -75,13 +77,44 @@ void Comm::chooseSpin() {
               config_.spinUs);
 }
 
-void Comm::connectPeers(const std::vector<std::vector<uint8_t>>& addresses, Deadline deadline) {
+void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
+  // Both ends of a pair must pick the same transport, so the choice depends only on what both published:
+  // the first transport (in order of preference, most specific last) that both offer and that can connect.
+  std::vector<size_t> via(nranks(), 0);
+  for (int p = 0; p < nranks(); ++p) {
+    if (p == rank()) continue;
+    for (size_t t = transports_.size(); t-- > 0;) {
+      const auto& mineA = ranks[rank()].addresses, &theirs = ranks[p].addresses;
+      if (t < mineA.size() && t < theirs.size() && !mineA[t].empty() && !theirs[t].empty() &&
+          transports_[t]->canConnect(peer(rank()), peer(p))) {
+        via[p] = t;
+        break;
+      }
+    }
+    route_[p] = transports_[via[p]].get();
+    if (std::find(inUse_.begin(), inUse_.end(), route_[p]) == inUse_.end()) inUse_.push_back(route_[p]);
+    CHORUS_INFO(kInit, "{} -> {}: transport {}", name(), peer(p).name(), route_[p]->name());
+  }
   // Lower rank connects, higher accepts. Connecting first to every higher rank never blocks on the peer's
-  // progress (the kernel completes the TCP handshake), so every rank can then accept in order.
-  for (int p = rank() + 1; p < nranks(); ++p) tcp_->connect(p, addresses[p], deadline);
-  for (int p = 0; p < rank(); ++p) tcp_->accept(p, deadline);
-  for (int p = 0; p < nranks(); ++p)
-    if (p != rank()) route_[p] = tcp_.get();
+  // progress (the kernel completes TCP and unix-socket handshakes), so every rank can then accept in order.
+  for (int p = rank() + 1; p < nranks(); ++p) route_[p]->connect(p, ranks[p].addresses[via[p]], deadline);
+  for (int p = 0; p < rank(); ++p) route_[p]->accept(p, deadline);
+}
+
+bool Comm::progress() {
+  bool moved = false;
+  for (transport::Transport* t : inUse_) moved |= t->progress();
+  return moved;
+}
+
+void Comm::sleepOnTransports() {
+  std::vector<pollfd> fds;
+  for (transport::Transport* t : inUse_) {
+    if (!t->armWake()) return;
+    fds.push_back({t->waitFd(), POLLIN, 0});
+  }
+  fds.push_back({abortFd_.get(), POLLIN, 0});
+  ::poll(fds.data(), fds.size(), 100);
 }
 
 void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) {
@@ -99,15 +132,21 @@ void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
   const auto spin = microseconds(config_.spinUs);
   const auto yield = microseconds(config_.yieldUs);
   const auto timeout = duration_cast<Clock::duration>(duration<double>(config_.timeoutSec));
+  unsigned idle = 0;     // progress() calls without movement
+  bool spinning = true;  // reading the clock costs more than a look at the transports: only every 16th time
   while (!done()) {
     if (aborted_.load(std::memory_order_relaxed))
       fail(chorusInvalidUsage, "{}: {} was interrupted by chorusCommAbort", name(), transport::describe(tag));
-    if (tcp_->progress()) {
-      lastMove = Clock::now();
+    if (progress()) {
+      idle = 0;
+      spinning = true;
       continue;
     }
+    if (spinning && ++idle % 16 != 0) continue;
     auto now = Clock::now();
+    if (idle == 16) lastMove = now;  // first look at the clock since something moved
     if (now - lastMove < spin) continue;
+    spinning = false;
     if (now - lastMove < spin + yield) {  // let a runnable peer on our core go first, but keep polling
       sched_yield();
       continue;
@@ -115,8 +154,7 @@ void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
     if (now - lastMove > timeout)
       fail(chorusTimeout, "{}: {} made no progress for {} s (CHORUS_TIMEOUT); a peer is stuck or unreachable",
            name(), transport::describe(tag), config_.timeoutSec);
-    pollfd p[2] = {{tcp_->waitFd(), POLLIN, 0}, {abortFd_.get(), POLLIN, 0}};
-    ::poll(p, 2, 100);
+    sleepOnTransports();
   }
 }
 
@@ -175,7 +213,7 @@ void Comm::abort() {
 }
 
 void Comm::tellPeers() {
-  if (peersTold_ || !tcp_) return;
+  if (peersTold_ || transports_.empty()) return;
   peersTold_ = true;
   chorusResult_t code;
   std::string why;
@@ -184,7 +222,8 @@ void Comm::tellPeers() {
     code = failCode_;
     why = failure_;
   }
-  tcp_->sendAbort(code, why, deadlineIn(0.5));
+  Deadline deadline = deadlineIn(0.5);
+  for (transport::Transport* t : inUse_) t->sendAbort(code, why, deadline);
 }
 
 void Comm::shutdown() {
@@ -192,7 +231,7 @@ void Comm::shutdown() {
   if (failed_.load())
     tellPeers();  // e.g. aborted while idle: the peers learn why instead of seeing a dead connection
   else
-    tcp_->close(deadlineIn(1.0));
+    for (transport::Transport* t : inUse_) t->close(deadlineIn(1.0));
 }
 
 void Comm::setLastError(const std::string& text) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "lib/bootstrap.h"
 #include "lib/env.h"
 #include "lib/error.h"
 #include "lib/executor.h"
@@ -70,14 +71,20 @@ class Comm {
   const char* lastError();
 
  private:
-  void connectPeers(const std::vector<std::vector<uint8_t>>& addresses, Deadline deadline);
+  // Picks each peer's transport (shm on the same host unless disabled, else tcp) and connects to it.
+  void connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline);
+  // Drives every transport in use once; true if anything moved.
+  bool progress();
+  // Sleeps until a transport may have work or the communicator is aborted (at most 100 ms).
+  void sleepOnTransports();
   // Sends the recorded failure to every peer, once; only from the executing thread or once it is idle.
   void tellPeers();
   void chooseSpin();
 
   Config config_;
   transport::Setup setup_;
-  std::unique_ptr<transport::Transport> tcp_;
+  std::vector<std::unique_ptr<transport::Transport>> transports_;  // index = position of its bootstrap address
+  std::vector<transport::Transport*> inUse_;  // those that serve at least one peer
   std::vector<transport::Transport*> route_;  // per peer
   std::unique_ptr<Executor> executor_;
   Fd abortFd_;  // eventfd: wakes a sleeping waiter on abort

@@ -28,6 +28,7 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_SOCKET_IFNAME", "string", "",
      "interfaces to use: prefix list, ^ excludes, = exact (NCCL_SOCKET_IFNAME syntax); default first up non-lo"},
     {"CHORUS_HOSTID", "string", "", "overrides the host identity (hostname + boot id) used to group ranks"},
+    {"CHORUS_SHM_DISABLE", "int", "0", "1: ranks on the same host talk over TCP instead of shared memory"},
     {"CHORUS_ROOT", "string", "", "host:port of rank 0's bootstrap listener (chorusCommInitFromEnv)"},
     {"CHORUS_SECRET", "string", "", "64-bit hex secret every connection must present (chorusCommInitFromEnv)"},
     {"CHORUS_RANK", "int", "", "this process's rank (else RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)"},
@@ -102,6 +103,7 @@ Config Config::fromEnv() {
   c.initTimeoutSec = static_cast<double>(intValue("CHORUS_INIT_TIMEOUT", 1, 1LL << 31));
   c.socketIfname = envValue("CHORUS_SOCKET_IFNAME");
   c.hostId = envValue("CHORUS_HOSTID");
+  c.shmDisable = intValue("CHORUS_SHM_DISABLE", 0, 1) == 1;
   return c;
 }
 

@@ -32,6 +32,7 @@ struct Config {
   double initTimeoutSec = 120;
   std::string socketIfname;
   std::string hostId;
+  bool shmDisable = false;
 
   // Throws chorusInvalidArgument naming the variable, its value and what is accepted.
   static Config fromEnv();

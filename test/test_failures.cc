@@ -616,13 +616,13 @@ TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
     auto put32 = [&](uint32_t v) { put(&v, 4); };
     auto putStr = [&](const std::string& s) { put32(uint32_t(s.size())); put(s.data(), s.size()); };
     put32(0x43484253u);  // "CHBS"
-    put32(1);            // bootstrap version
+    put32(2);            // bootstrap version
     uint64_t wrong = secret ^ 0x5A5A5A5A5A5A5A5Aull;
     put(&wrong, 8);
     put32(1), put32(4), put32(uint32_t(getpid()));  // rank, nranks, pid
     putStr("impostor");
     putStr("impostor-host-id");
-    put32(0);  // empty transport address
+    put32(0);  // no transport addresses
     uint32_t len = uint32_t(f.size());
     EXPECT_TRUE(sendAll(impostor, &len, 4));
     EXPECT_TRUE(sendAll(impostor, f.data(), f.size()));

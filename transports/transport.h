@@ -1,5 +1,5 @@
-// The transport interface: everything an algorithm may ask of the network. Built-in transports (tcp/, and
-// later shm/, ucx/, ibverbs/, cuda_ipc/) implement exactly this, like an outside plugin would.
+// The transport interface: everything an algorithm may ask of the network. Built-in transports (tcp/, shm/, and
+// later ucx/, ibverbs/, cuda_ipc/) implement exactly this, like an outside plugin would.
 //
 // Note [Message tags]: every message carries the OpTag of the operation it belongs to (sequence number and a
 // fingerprint of the call). Between two ranks messages arrive in the order they were posted, so a receiver
@@ -82,6 +82,10 @@ class Transport {
   virtual bool progress() = 0;
   // A file descriptor that becomes readable when progress() may have work; lets waiters sleep in poll().
   virtual int waitFd() const = 0;
+  // Called right before the waiter sleeps on waitFd(): asks peers to make it readable when they produce
+  // something for us (if they would not anyway). False when progress() may have work already: do not sleep.
+  // The next progress() call withdraws the request.
+  virtual bool armWake() = 0;
   // Best effort, bounded by the deadline: tells every peer that this rank failed, with the reason.
   virtual void sendAbort(chorusResult_t code, const std::string& text, std::chrono::steady_clock::time_point deadline) = 0;
   // Says goodbye to every peer (so they can tell a clean exit from a death) and closes the connections.

@@ -162,6 +162,7 @@ class TcpTransport final : public Transport {
   }
 
   int waitFd() const override { return epoll_.get(); }
+  bool armWake() override { return true; }  // the kernel makes the epoll set readable by itself
 
   void sendAbort(chorusResult_t code, const std::string& text, Deadline deadline) override {
     std::string t = text.substr(0, kMaxAbortText);

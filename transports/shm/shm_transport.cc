@@ -1,0 +1,546 @@
+#include "transports/shm/shm_transport.h"
+
+#include <poll.h>
+#include <linux/membarrier.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+
+#include "lib/bootstrap.h"
+#include "lib/error.h"
+#include "lib/log.h"
+#include "transports/shm/control.h"
+#include "transports/shm/segment.h"
+
+namespace chorus::transport::shm {
+
+namespace {
+
+constexpr double kHandshakeSeconds = 5.0;
+constexpr size_t kRendezvousBytes = 64 * 1024;  // see Note [Shared-memory data path]
+constexpr size_t kCopyPiece = 1024 * 1024;      // a direct copy yields to other peers' traffic this often
+constexpr unsigned kControlEvery = 1024;        // progress() calls between looks at the control sockets
+
+// Registers this process once for MEMBARRIER_CMD_GLOBAL_EXPEDITED (see wake()); false if the kernel refuses.
+bool registerMembarrier() {
+  static const bool ok = ::syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+  return ok;
+}
+
+uint64_t processNonce() {
+  static const uint64_t nonce = randomU64() | 1;
+  return nonce;
+}
+
+// What address() publishes through the bootstrap.
+struct Address {
+  char name[48];
+  int32_t pid;
+  uint32_t reserved;
+  uint64_t processNonce, probeAddr, probeValue;
+};
+static_assert(sizeof(Address) <= kMaxAddressBytes);
+
+OpTag tagOf(const SlotHeader& h) {
+  OpTag t;
+  t.seq = h.seq;
+  t.count = h.count;
+  t.root = h.root;
+  t.kind = static_cast<OpKind>(h.kind);
+  t.dtype = h.dtype;
+  t.redop = h.redop;
+  return t;
+}
+
+void complete(Request* req) {
+  req->pendingParts = 0;
+  req->done = true;
+}
+
+// True if this process can read `len` bytes at `addr` in process `pid` and finds `expect` there.
+bool probeRead(int pid, uint64_t addr, uint64_t expect) {
+  uint64_t got = 0;
+  iovec local{&got, sizeof got}, remote{reinterpret_cast<void*>(addr), sizeof got};
+  return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof got) && got == expect;
+}
+
+struct SendMsg {
+  const uint8_t* buf;
+  size_t len, sent;
+  OpTag tag;
+  Request* req;
+};
+
+struct RecvMsg {
+  uint8_t* buf;
+  size_t len, got;
+  OpTag tag;
+  Request* req;
+};
+
+struct Peer {
+  int rank = -1;
+  const PeerInfo* info = nullptr;
+  int side = 0;  // this rank's side of the pair segment
+  Fd sock;
+  Segment seg;
+  int pid = 0;
+  bool sameProcess = false;
+  FrameReader control;
+  bool gone = false;
+  // producer
+  Fifo* out = nullptr;
+  uint64_t head = 0, tailSeen = 0;
+  std::deque<SendMsg> sendq;                        // not yet (wholly) in the FIFO
+  struct DirectSend {
+    uint64_t doneAt;  // complete once the consumer's tail reaches this
+    Request* req;
+    OpTag tag;
+  };
+  std::deque<DirectSend> direct;  // direct-copy sends the peer has not finished reading
+  // consumer
+  Fifo* in = nullptr;
+  uint64_t next = 0;
+  uint64_t directDone = 0;  // bytes of the current direct-copy slot already copied
+  std::deque<RecvMsg> recvq;
+
+  PairSegment* s() const { return seg.get(); }
+  bool peerReadsUs() const { return s()->canRead[1 - side].v.load(std::memory_order_relaxed) == 1; }
+  // Both processes are membarrier targets, so a sleeper's membarrier() fences this rank too (see wake()).
+  bool lightWake() {
+    if (!light)
+      light = s()->membarrier[0].v.load(std::memory_order_relaxed) == 1 &&
+              s()->membarrier[1].v.load(std::memory_order_relaxed) == 1;
+    return light;
+  }
+  bool light = false;
+};
+
+// An accepted control connection before its Hello is complete.
+struct Pending {
+  Fd fd;
+  Fd segment;
+  Hello hello{};
+  size_t got = 0;
+  Deadline deadline;
+};
+
+struct Arrived {
+  Fd fd;
+  Fd segment;
+  Hello hello;
+};
+
+class ShmTransport final : public Transport {
+ public:
+  explicit ShmTransport(const Setup& setup) : setup_(setup), probe_(randomU64()) {
+    listener_ = listenAbstract(&name_);
+    epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
+    if (!epoll_) failErrno("epoll_create1");
+  }
+
+  ~ShmTransport() override = default;
+
+  const char* name() const override { return "shm"; }
+  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override { return self.hostId == peer.hostId; }
+
+  std::vector<uint8_t> address() const override {
+    Address a{};
+    std::memcpy(a.name, name_.data(), std::min(name_.size(), sizeof a.name - 1));
+    a.pid = getpid();
+    a.processNonce = processNonce();
+    a.probeAddr = reinterpret_cast<uint64_t>(&probe_);
+    a.probeValue = probe_;
+    std::vector<uint8_t> out(sizeof a);
+    std::memcpy(out.data(), &a, sizeof a);
+    return out;
+  }
+
+  void connect(int peer, const std::vector<uint8_t>& address, Deadline deadline) override {
+    Address a{};
+    if (address.size() != sizeof a) fail(chorusInternalError, "shm address of rank {} is malformed", peer);
+    std::memcpy(&a, address.data(), sizeof a);
+    a.name[sizeof a.name - 1] = '\0';
+    auto p = std::make_unique<Peer>();
+    p->side = 0;
+    p->seg = Segment::create(fmt::format("chorus-{}-{}", setup_.rank, peer));
+    p->sock = connectAbstract(a.name, deadline);
+    p->pid = setup_.peers[peer].pid;
+    p->sameProcess = a.processNonce == processNonce();
+    bool canRead = p->sameProcess || probeRead(p->pid, a.probeAddr, a.probeValue);
+    p->s()->canRead[0].v.store(canRead ? 1 : 2, std::memory_order_relaxed);
+    p->s()->membarrier[0].v.store(registerMembarrier() ? 1 : 0, std::memory_order_relaxed);
+    Hello h{kHelloMagic, kWireVersion, setup_.secret, setup_.commId, setup_.rank, peer, processNonce(),
+            reinterpret_cast<uint64_t>(&probe_), probe_};
+    sendHello(p->sock.get(), h, p->seg.fd());
+    addPeer(peer, std::move(p));
+  }
+
+  void accept(int peer, Deadline deadline) override {
+    while (arrived_.find(peer) == arrived_.end()) {
+      if (Clock::now() >= deadline)
+        fail(chorusTimeout, "{}: {} did not connect over shared memory before the init deadline", self().name(),
+             setup_.peers[peer].name());
+      pollPending(deadline);
+    }
+    Arrived a = std::move(arrived_.at(peer));
+    arrived_.erase(peer);
+    auto p = std::make_unique<Peer>();
+    p->side = 1;
+    p->sock = std::move(a.fd);
+    p->seg = Segment::map(a.segment.release());
+    p->pid = setup_.peers[peer].pid;
+    p->sameProcess = a.hello.processNonce == processNonce();
+    bool canRead = p->sameProcess || probeRead(p->pid, a.hello.probeAddr, a.hello.probeValue);
+    p->s()->canRead[1].v.store(canRead ? 1 : 2, std::memory_order_relaxed);
+    p->s()->membarrier[1].v.store(registerMembarrier() ? 1 : 0, std::memory_order_relaxed);
+    addPeer(peer, std::move(p));
+  }
+
+  void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
+    Peer& p = *peers_.at(peer);
+    req->done = false;
+    req->pendingParts = 1;
+    p.sendq.push_back(SendMsg{static_cast<const uint8_t*>(buf), len, 0, tag, req});
+    bytesSent_ += len;
+    pumpSends(p);
+  }
+
+  void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) override {
+    Peer& p = *peers_.at(peer);
+    req->done = false;
+    req->pendingParts = 1;
+    p.recvq.push_back(RecvMsg{static_cast<uint8_t*>(buf), len, 0, tag, req});
+    pumpRecvs(p);
+  }
+
+  bool progress() override {
+    if (armed_) disarm();
+    if (++calls_ % kControlEvery == 0) pollControl();
+    bool moved = false;
+    for (Peer* p : active_) {
+      moved |= pumpRecvs(*p);
+      moved |= pumpSends(*p);
+      moved |= completeDirect(*p);
+      if (p->gone) failIfStuck(*p);
+    }
+    return moved;
+  }
+
+  int waitFd() const override { return epoll_.get(); }
+
+  bool armWake() override {
+    for (Peer* p : active_) p->s()->asleep[p->side].v.store(1, std::memory_order_relaxed);
+    // The slow half of the asymmetric fence in wake(): a full barrier on every CPU running a peer.
+    if (!registerMembarrier() || ::syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0)
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    armed_ = true;
+    pollControl();
+    for (Peer* p : active_)
+      if (hasWork(*p) || p->gone) {
+        disarm();
+        return false;
+      }
+    return true;
+  }
+
+  void sendAbort(chorusResult_t code, const std::string& text, Deadline deadline) override {
+    for (Peer* p : active_)
+      if (!p->gone && !writeFrame(p->sock.get(), FrameType::Abort, static_cast<uint32_t>(code), text, deadline))
+        CHORUS_DEBUG(kNet, "could not tell {} why this rank failed", p->info->name());
+  }
+
+  void close(Deadline deadline) override {
+    for (Peer* p : active_)
+      if (!p->gone) writeFrame(p->sock.get(), FrameType::Bye, 0, "", deadline);
+    active_.clear();
+    peers_.clear();
+  }
+
+  uint64_t bytesSent() const override { return bytesSent_; }
+
+ private:
+  const PeerInfo& self() const { return setup_.peers[setup_.rank]; }
+
+  void addPeer(int peer, std::unique_ptr<Peer> p) {
+    p->rank = peer;
+    p->info = &setup_.peers[peer];
+    p->out = &p->s()->fifo[p->side];
+    p->in = &p->s()->fifo[1 - p->side];
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = static_cast<uint64_t>(peer);
+    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, p->sock.get(), &ev) != 0) failErrno("epoll_ctl");
+    CHORUS_INFO(kNet, "{} <-> {} over shm ({}; large messages {})", self().name(), p->info->name(),
+                p->sameProcess ? "same process" : "another process",
+                p->sameProcess ? "copied directly with memcpy"
+                : p->s()->canRead[p->side].v.load() == 1 ? "read directly with process_vm_readv"
+                                                          : "staged through the FIFO (this rank cannot read its memory)");
+    active_.push_back(p.get());
+    peers_[peer] = std::move(p);
+  }
+
+  void disarm() {
+    for (Peer* p : active_) p->s()->asleep[p->side].v.store(0, std::memory_order_relaxed);
+    armed_ = false;
+  }
+
+  // After publishing or releasing slots: if the peer announced it is going to sleep, wake it (once).
+  // Dekker: we store to the FIFO then load the peer's flag; the sleeper stores its flag then loads the FIFO.
+  // Both orders must hold. A full fence here would stall every send until the slot's cache line is ours, so
+  // when both processes are membarrier targets the sleeper pays instead (armWake's membarrier() forces a
+  // barrier on this CPU) and we only keep the compiler from reordering.
+  void wake(Peer& p) {
+    if (p.lightWake()) std::atomic_signal_fence(std::memory_order_seq_cst);
+    else std::atomic_thread_fence(std::memory_order_seq_cst);
+    std::atomic<uint64_t>& flag = p.s()->asleep[1 - p.side].v;
+    if (flag.load(std::memory_order_relaxed) == 0 || flag.exchange(0) == 0 || p.gone) return;
+    Frame f{kFrameMagic, FrameType::Wake, {}, 0, 0};
+    // Best effort: a full socket already holds wake-ups, and a dead peer is noticed on the control socket.
+    if (::send(p.sock.get(), &f, sizeof f, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* see above */ }
+  }
+
+  bool hasWork(Peer& p) const {
+    if (!p.recvq.empty() && p.in->slots[p.next % kSlots].h.ready.load(std::memory_order_acquire) == p.next + 1)
+      return true;
+    uint64_t tail = p.out->tail.v.load(std::memory_order_acquire);
+    if (!p.sendq.empty() && p.head - tail < kSlots) return true;
+    return !p.direct.empty() && tail >= p.direct.front().doneAt;
+  }
+
+  bool pumpSends(Peer& p) {
+    bool published = false;
+    while (!p.sendq.empty()) {
+      if (p.head - p.tailSeen >= kSlots) {
+        p.tailSeen = p.out->tail.v.load(std::memory_order_acquire);
+        if (p.head - p.tailSeen >= kSlots) break;
+      }
+      SendMsg& m = p.sendq.front();
+      Slot& slot = p.out->slots[p.head % kSlots];
+      SlotHeader& h = slot.h;
+      h.seq = m.tag.seq;
+      h.count = m.tag.count;
+      h.root = m.tag.root;
+      h.kind = static_cast<uint8_t>(m.tag.kind);
+      h.dtype = m.tag.dtype;
+      h.redop = m.tag.redop;
+      h.msgLen = m.len;
+      const bool direct = m.sent == 0 && m.len >= kRendezvousBytes && p.peerReadsUs();
+      if (m.len <= kSmallBytes) {
+        h.type = SlotType::Small;
+        if (m.len > 0) std::memcpy(h.small, m.buf, m.len);
+        m.sent = m.len;
+      } else if (direct) {
+        h.type = SlotType::Rendezvous;
+        h.part = {0, m.len, reinterpret_cast<uint64_t>(m.buf)};
+        m.sent = m.len;
+      } else {
+        size_t n = std::min(kSlotPayload, m.len - m.sent);
+        std::memcpy(slot.payload, m.buf + m.sent, n);
+        h.type = SlotType::Inline;
+        h.part = {m.sent, n, 0};
+        m.sent += n;
+      }
+      h.ready.store(p.head + 1, std::memory_order_release);
+      ++p.head;
+      published = true;
+      if (m.sent == m.len) {
+        if (direct) p.direct.push_back({p.head, m.req, m.tag});
+        else complete(m.req);
+        p.sendq.pop_front();
+      }
+    }
+    if (published) wake(p);
+    return published;
+  }
+
+  bool completeDirect(Peer& p) {
+    bool moved = false;
+    while (!p.direct.empty()) {
+      if (p.tailSeen < p.direct.front().doneAt) p.tailSeen = p.out->tail.v.load(std::memory_order_acquire);
+      if (p.tailSeen < p.direct.front().doneAt) break;
+      complete(p.direct.front().req);
+      p.direct.pop_front();
+      moved = true;
+    }
+    return moved;
+  }
+
+  bool pumpRecvs(Peer& p) {
+    bool released = false, moved = false;
+    while (!p.recvq.empty()) {
+      Slot& slot = p.in->slots[p.next % kSlots];
+      const SlotHeader& h = slot.h;
+      if (h.ready.load(std::memory_order_acquire) != p.next + 1) break;
+      RecvMsg& m = p.recvq.front();
+      if (!(tagOf(h) == m.tag) || h.msgLen != m.len) mismatch(p, h, m);
+      if (h.type == SlotType::Small) {
+        if (m.len > kSmallBytes) corrupt(p, h);
+        if (m.len > 0) std::memcpy(m.buf, h.small, m.len);
+        m.got = m.len;
+      } else {
+        const uint64_t off = h.part.offset, len = h.part.len;
+        if (off != m.got || len > m.len - m.got || (h.type != SlotType::Inline && h.type != SlotType::Rendezvous))
+          corrupt(p, h);
+        if (h.type == SlotType::Rendezvous) {
+          size_t n = std::min<size_t>(kCopyPiece, len - p.directDone);
+          copyFromPeer(p, m.buf + off + p.directDone, h.part.addr + p.directDone, n, m.tag);
+          p.directDone += n;
+          moved = true;
+          if (p.directDone < len) break;  // let the caller serve other peers between pieces
+          p.directDone = 0;
+        } else {
+          std::memcpy(m.buf + off, slot.payload, len);
+        }
+        m.got += len;
+      }
+      p.in->tail.v.store(++p.next, std::memory_order_release);
+      released = true;
+      if (m.got == m.len) {
+        complete(m.req);
+        p.recvq.pop_front();
+      }
+    }
+    if (released) wake(p);
+    return moved || released;
+  }
+
+  void copyFromPeer(Peer& p, uint8_t* dst, uint64_t src, size_t n, const OpTag& tag) {
+    if (p.sameProcess) {
+      std::memcpy(dst, reinterpret_cast<const void*>(src), n);
+      return;
+    }
+    size_t done = 0;
+    while (done < n) {
+      iovec local{dst + done, n - done}, remote{reinterpret_cast<void*>(src + done), n - done};
+      ssize_t r = ::process_vm_readv(p.pid, &local, 1, &remote, 1, 0);
+      if (r > 0) { done += static_cast<size_t>(r); continue; }
+      if (r < 0 && errno == EINTR) continue;
+      int e = r < 0 ? errno : EIO;
+      if (e == ESRCH)
+        fail(chorusRemoteError, "{}: {} died during {} (its process is gone)", self().name(), p.info->name(),
+             describe(tag));
+      fail(chorusSystemError, "{}: reading {}'s buffer for {} failed: {}", self().name(), p.info->name(),
+           describe(tag), std::strerror(e));
+    }
+  }
+
+  [[noreturn]] void corrupt(const Peer& p, const SlotHeader& h) const {
+    fail(chorusInternalError, "{}: corrupt shared-memory slot from {} (type {}, offset {}, length {} of a {}-byte "
+         "message)", self().name(), p.info->name(), static_cast<int>(h.type), h.part.offset, h.part.len, h.msgLen);
+  }
+
+  [[noreturn]] void mismatch(const Peer& p, const SlotHeader& h, const RecvMsg& want) const {
+    OpTag got = tagOf(h);
+    if (got == want.tag)
+      fail(chorusInvalidUsage, "{} and {} disagree on the size of a message of {}: {} vs {} bytes", self().name(),
+           p.info->name(), describe(got), want.len, h.msgLen);
+    fail(chorusInvalidUsage, "mismatched calls: {} called {} but {} called {}", self().name(), describe(want.tag),
+         p.info->name(), describe(got));
+  }
+
+  // Reads the control sockets that have something: Wake frames, goodbyes, abort reasons, hang-ups.
+  void pollControl() {
+    epoll_event evs[64];
+    int n = epoll_wait(epoll_.get(), evs, 64, 0);
+    for (int i = 0; i < n; ++i) {
+      Peer& p = *peers_.at(static_cast<int>(evs[i].data.u64));
+      if (p.control.poll(p.sock.get(), p.info->name()) == FrameReader::Status::Closed) {
+        p.gone = true;
+        epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.sock.get(), nullptr);  // else poll() would never sleep again
+        CHORUS_DEBUG(kNet, "{}: {} closed its shm connection ({})", self().name(), p.info->name(),
+                     p.control.saidBye() ? "after goodbye" : "without goodbye");
+      }
+    }
+  }
+
+  // A gone peer's published data has been delivered by now; anything still waiting on it never completes.
+  void failIfStuck(Peer& p) {
+    const OpTag* tag = !p.recvq.empty()   ? &p.recvq.front().tag
+                       : !p.sendq.empty()  ? &p.sendq.front().tag
+                       : !p.direct.empty() ? &p.direct.front().tag
+                                           : nullptr;
+    if (tag == nullptr) return;
+    if (p.control.saidBye())
+      fail(chorusRemoteError, "{}: {} destroyed the communicator while {} still needed it", self().name(),
+           p.info->name(), describe(*tag));
+    fail(chorusRemoteError, "{}: {} died during {} (its shared-memory connection closed without a goodbye)",
+         self().name(), p.info->name(), describe(*tag));
+  }
+
+  // Accepts new control connections and advances their handshakes; bad ones are logged and dropped.
+  void pollPending(Deadline deadline) {
+    std::vector<pollfd> pfds{{listener_.get(), POLLIN, 0}};
+    for (auto& p : pending_) pfds.push_back({p.fd.get(), POLLIN, 0});
+    ::poll(pfds.data(), pfds.size(), 50);
+    if (pfds[0].revents & POLLIN) {
+      while (true) {
+        int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) break;
+        pending_.push_back(Pending{Fd(fd), Fd(), {}, 0, std::min(deadline, deadlineIn(kHandshakeSeconds))});
+      }
+    }
+    for (size_t i = 0; i < pending_.size();) {
+      Pending& p = pending_[i];
+      std::string problem = advance(p);
+      if (problem == "wait") { ++i; continue; }
+      if (!problem.empty())
+        CHORUS_WARN(kNet, "{}: dropped a shared-memory connection: {}", self().name(), problem);
+      else
+        arrived_[p.hello.fromRank] = Arrived{std::move(p.fd), std::move(p.segment), p.hello};
+      pending_.erase(pending_.begin() + static_cast<long>(i));
+    }
+  }
+
+  // "" when the Hello is complete and valid, "wait" when more bytes are needed, else the reason to drop it.
+  std::string advance(Pending& p) {
+    if (Clock::now() > p.deadline) return "it stayed silent past the handshake deadline";
+    int passed = -1;
+    ssize_t r = recvWithFd(p.fd.get(), reinterpret_cast<uint8_t*>(&p.hello) + p.got, sizeof(Hello) - p.got, &passed);
+    if (passed >= 0) {
+      if (p.segment) return "it passed more than one descriptor";
+      p.segment = Fd(passed);
+    }
+    if (r == 0) return "it closed before completing the handshake";
+    if (r < 0) return (errno == EAGAIN || errno == EINTR) ? "wait" : std::strerror(errno);
+    p.got += static_cast<size_t>(r);
+    if (p.got < sizeof(Hello)) return "wait";
+    const Hello& h = p.hello;
+    if (h.magic != kHelloMagic) return "bad magic (not a Chorus peer)";
+    if (h.version != kWireVersion) return fmt::format("wire version {} (this rank speaks {})", h.version, kWireVersion);
+    if (h.secret != setup_.secret) return "wrong secret";
+    if (h.commId != setup_.commId) return "it belongs to another communicator";
+    if (h.toRank != setup_.rank || h.fromRank < 0 || h.fromRank >= setup_.rank)
+      return fmt::format("unexpected ranks {} -> {}", h.fromRank, h.toRank);
+    if (arrived_.count(h.fromRank) || peers_.count(h.fromRank)) return fmt::format("duplicate connection from rank {}", h.fromRank);
+    if (!p.segment) return "it did not pass its shared-memory segment";
+    return "";
+  }
+
+  const Setup& setup_;
+  const uint64_t probe_;  // peers read this word to test whether they can copy straight from our memory
+  std::string name_;
+  Fd listener_;
+  Fd epoll_;
+  std::map<int, std::unique_ptr<Peer>> peers_;
+  std::vector<Peer*> active_;
+  std::vector<Pending> pending_;
+  std::map<int, Arrived> arrived_;
+  uint64_t bytesSent_ = 0;
+  unsigned calls_ = 0;
+  bool armed_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> create(const Setup& setup) { return std::make_unique<ShmTransport>(setup); }
+
+}  // namespace chorus::transport::shm
