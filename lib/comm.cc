@@ -26,6 +26,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   setup_.nranks = nranks;
   setup_.secret = root.secret;
   setup_.nsocks = config_.nsocks;
+  setup_.shmDirectBytes = config_.shmDirectBytes;
   setup_.socketIfname = config_.socketIfname;
   abortFd_ = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!abortFd_) failErrno("eventfd");

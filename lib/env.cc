@@ -29,6 +29,9 @@ constexpr EnvSpec kEnvTable[] = {
      "interfaces to use: prefix list, ^ excludes, = exact (NCCL_SOCKET_IFNAME syntax); default first up non-lo"},
     {"CHORUS_HOSTID", "string", "", "overrides the host identity (hostname + boot id) used to group ranks"},
     {"CHORUS_SHM_DISABLE", "int", "0", "1: ranks on the same host talk over TCP instead of shared memory"},
+    {"CHORUS_SHM_DIRECT_BYTES", "bytes", "0",
+     "shm messages from this size up are read straight from the sender's memory (process_vm_readv) instead of "
+     "streamed through the FIFO; 0 = never (the measured default, transports/shm/shm_transport.h)"},
     {"CHORUS_ROOT", "string", "", "host:port of rank 0's bootstrap listener (chorusCommInitFromEnv)"},
     {"CHORUS_SECRET", "string", "", "64-bit hex secret every connection must present (chorusCommInitFromEnv)"},
     {"CHORUS_RANK", "int", "", "this process's rank (else RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)"},
@@ -104,6 +107,8 @@ Config Config::fromEnv() {
   c.socketIfname = envValue("CHORUS_SOCKET_IFNAME");
   c.hostId = envValue("CHORUS_HOSTID");
   c.shmDisable = intValue("CHORUS_SHM_DISABLE", 0, 1) == 1;
+  std::string direct = envValue("CHORUS_SHM_DIRECT_BYTES");
+  if (!parseBytes(direct, &c.shmDirectBytes)) badValue("CHORUS_SHM_DIRECT_BYTES", direct, "a size such as 1M, or 0");
   return c;
 }
 

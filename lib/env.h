@@ -33,6 +33,7 @@ struct Config {
   std::string socketIfname;
   std::string hostId;
   bool shmDisable = false;
+  uint64_t shmDirectBytes = 0;
 
   // Throws chorusInvalidArgument naming the variable, its value and what is accepted.
   static Config fromEnv();

@@ -57,6 +57,7 @@ struct Setup {
   uint64_t secret = 0;  // every connection proves it knows this
   uint64_t commId = 0;  // distinguishes communicators sharing a process
   int nsocks = 1;
+  uint64_t shmDirectBytes = 0;  // shm: messages from this size up are copied from the sender's memory; 0: never
   std::string socketIfname;
   std::vector<PeerInfo> peers;  // indexed by rank, filled once the bootstrap exchange is done
 };

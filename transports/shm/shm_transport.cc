@@ -25,7 +25,6 @@ namespace chorus::transport::shm {
 namespace {
 
 constexpr double kHandshakeSeconds = 5.0;
-constexpr size_t kRendezvousBytes = 64 * 1024;  // see Note [Shared-memory data path]
 constexpr size_t kCopyPiece = 1024 * 1024;      // a direct copy yields to other peers' traffic this often
 constexpr unsigned kControlEvery = 1024;        // progress() calls between looks at the control sockets
 
@@ -333,7 +332,8 @@ class ShmTransport final : public Transport {
       h.dtype = m.tag.dtype;
       h.redop = m.tag.redop;
       h.msgLen = m.len;
-      const bool direct = m.sent == 0 && m.len >= kRendezvousBytes && p.peerReadsUs();
+      const bool direct = m.sent == 0 && setup_.shmDirectBytes > 0 && m.len >= setup_.shmDirectBytes &&
+                          m.len > kSmallBytes && p.peerReadsUs();
       if (m.len <= kSmallBytes) {
         h.type = SlotType::Small;
         if (m.len > 0) std::memcpy(h.small, m.buf, m.len);

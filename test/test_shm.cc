@@ -1,0 +1,194 @@
+// The shared-memory transport on its own terms: the wake-up protocol under heavy oversubscription, transport
+// choice by host identity (shm and tcp serving one communicator), the direct-copy path between processes, and
+// nothing left in /dev/shm. The collective matrix itself runs over shm and tcp (test/meson.build).
+#include <gtest/gtest.h>
+#include <dirent.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test/ranks.h"
+#include "test/watchdog.h"
+
+using chorus::test::check;
+using chorus::test::runRanks;
+using chorus::test::Watchdog;
+
+namespace {
+
+struct RunResult {
+  int status = -1;
+  std::string output;
+};
+
+// Runs a shell command line, capturing stdout and stderr.
+RunResult runShell(const std::string& cmd) {
+  RunResult r;
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.output.append(buf, n);
+  int st = pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  return r;
+}
+
+std::string buildDir() {
+  const char* d = std::getenv("TEST_BUILD_DIR");
+  return d ? d : ".";
+}
+
+// Every data row of an nccl-tests-style table (lines starting with a size) with its #wrong columns; returns
+// the number of rows and adds every nonzero #wrong to *wrong.
+int tableRows(const std::string& out, int* wrong) {
+  std::istringstream in(out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    size_t b = line.find(']');
+    std::string body = b == std::string::npos ? line : line.substr(b + 1);
+    std::istringstream ls(body);
+    std::vector<std::string> f;
+    for (std::string w; ls >> w;) f.push_back(w);
+    if (f.size() < 13 || f[0].find_first_not_of("0123456789") != std::string::npos) continue;
+    ++rows;
+    for (size_t i : {size_t(8), size_t(12)})  // out-of-place and in-place #wrong
+      if (f[i] != "0" && f[i] != "N/A") *wrong += 1;
+  }
+  return rows;
+}
+
+std::set<std::string> devShm() {
+  std::set<std::string> names;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) names.insert(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+}  // namespace
+
+// No spinning and no yielding: every wait goes straight to sleep, so each message must wake its receiver
+// (and each released slot its sender). 8 ranks on this machine's cores; a lost wake-up shows as a 100 ms
+// poll timeout per operation and fails the time bound, a hang trips the watchdog.
+TEST(Shm, EveryWaitSleepsAndIsWokenWithEightRanks) {
+  Watchdog wd(120);
+  setenv("CHORUS_SPIN_US", "0", 1);
+  setenv("CHORUS_YIELD_US", "0", 1);
+  const int n = 8, iters = 300;
+  auto t0 = std::chrono::steady_clock::now();
+  auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
+    for (int it = 0; it < iters; ++it) {
+      size_t count = it % 3 == 0 ? 70001 : static_cast<size_t>(it % 17 + 1);  // FIFO-filling and one-slot messages
+      std::vector<int64_t> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = static_cast<int64_t>(r + 1) * static_cast<int64_t>(i + it);
+      check(chorusAllReduce(buf.data(), buf.data(), count, chorusInt64, chorusSum, comm, nullptr), comm, "allreduce");
+      for (size_t i = 0; i < count; ++i)
+        if (buf[i] != static_cast<int64_t>(n * (n + 1) / 2) * static_cast<int64_t>(i + it))
+          throw std::runtime_error("wrong sum at iteration " + std::to_string(it));
+    }
+  });
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  unsetenv("CHORUS_SPIN_US");
+  unsetenv("CHORUS_YIELD_US");
+  EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+  // 300 operations; even one lost wake-up per 10 operations would cost 3 s.
+  EXPECT_LT(secs, 30.0) << "8 sleeping ranks took " << secs << " s for " << iters << " allreduces";
+}
+
+// Two "hosts" of two ranks each on this machine: pairs inside a host use shm, pairs across use tcp, and every
+// collective is still right.
+TEST(Shm, MixedHostsShareOneCommunicator) {
+  Watchdog wd(300);
+  const std::string dir = buildDir();
+  const std::string wrap = "sh -c 'CHORUS_HOSTID=host$((CHORUS_RANK / 2)) exec \"$0\" \"$@\"'";
+  const char* benches[] = {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "broadcast_perf",
+                           "reduce_perf", "alltoall_perf", "sendrecv_perf"};
+  for (const char* b : benches) {
+    SCOPED_TRACE(b);
+    std::string cmd = "CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT " + dir + "/scripts/chorusrun -n 4 -- " + wrap +
+                      " " + dir + "/bench/" + b + " -b 8 -e 4M -f 8 -n 2 -w 1 -c 1 -z 0";
+    RunResult r = runShell(cmd);
+    ASSERT_EQ(r.status, 0) << r.output;
+    int wrong = 0;
+    EXPECT_GE(tableRows(r.output, &wrong), 7) << r.output;
+    EXPECT_EQ(wrong, 0) << r.output;
+    if (std::string(b) != "all_reduce_perf") continue;
+    // Rank 0's choices: rank 1 shares its host, ranks 2 and 3 do not.
+    EXPECT_NE(r.output.find("rank 0 (pid"), std::string::npos);
+    std::istringstream in(r.output);
+    int shm = 0, tcp = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("[0]", 0) != 0 || line.find("transport") == std::string::npos) continue;
+      if (line.find("-> rank 1 ") != std::string::npos && line.find("transport shm") != std::string::npos) ++shm;
+      if ((line.find("-> rank 2 ") != std::string::npos || line.find("-> rank 3 ") != std::string::npos) &&
+          line.find("transport tcp") != std::string::npos)
+        ++tcp;
+    }
+    EXPECT_EQ(shm, 1) << r.output;
+    EXPECT_EQ(tcp, 2) << r.output;
+  }
+}
+
+// Large messages read straight from the sender's memory (process_vm_readv) between processes: right results
+// for every collective, in place and out of place, across sizes on both sides of the threshold.
+TEST(Shm, DirectCopyBetweenProcesses) {
+  Watchdog wd(300);
+  const std::string dir = buildDir();
+  for (const char* b : {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "broadcast_perf",
+                        "alltoall_perf", "sendrecv_perf"}) {
+    SCOPED_TRACE(b);
+    std::string cmd = "CHORUS_SHM_DIRECT_BYTES=4K CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=NET " + dir +
+                      "/scripts/chorusrun -n 3 -- " + dir + "/bench/" + b + " -b 1 -e 8M -f 8 -n 2 -w 1 -c 1";
+    RunResult r = runShell(cmd);
+    ASSERT_EQ(r.status, 0) << r.output;
+    int wrong = 0;
+    EXPECT_GE(tableRows(r.output, &wrong), 7) << r.output;
+    EXPECT_EQ(wrong, 0) << r.output;
+    EXPECT_NE(r.output.find("read directly with process_vm_readv"), std::string::npos)
+        << "the direct path was not enabled between processes\n" << r.output;
+  }
+}
+
+// Segments are memfds passed over the control socket: nothing is ever created in /dev/shm, so ranks killed
+// mid-operation cannot leave anything there.
+TEST(Shm, KilledRanksLeaveNothingInDevShm) {
+  Watchdog wd(120);
+  const std::string dir = buildDir();
+  std::set<std::string> before = devShm();
+  // Two of four ranks kill themselves in the middle of a long run; chorusrun stops the rest.
+  std::string cmd = dir + "/scripts/chorusrun -n 4 -- sh -c 'if [ $CHORUS_RANK -ge 2 ]; then (sleep 1; kill -9 $$) & fi; "
+                    "exec \"$0\" \"$@\"' " + dir + "/bench/all_reduce_perf -b 64K -e 64K -n 1000000 -w 1 -c 0";
+  RunResult r = runShell(cmd);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("killed"), std::string::npos) << r.output;
+  std::set<std::string> after = devShm();
+  for (const std::string& name : after)
+    EXPECT_TRUE(before.count(name)) << "/dev/shm/" << name << " appeared during the run";
+}
+
+// Threads of one process share one address space: large messages are copied with memcpy, and the results are
+// the same as through the FIFO.
+TEST(Shm, DirectCopyBetweenThreads) {
+  Watchdog wd(120);
+  setenv("CHORUS_SHM_DIRECT_BYTES", "1K", 1);
+  const size_t count = 300007;
+  auto errors = runRanks(3, [&](int r, chorusComm_t& comm) {
+    std::vector<float> in(count), out(count);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i + static_cast<size_t>(r)) % 11);
+    check(chorusAllReduce(in.data(), out.data(), count, chorusFloat32, chorusSum, comm, nullptr), comm, "allreduce");
+    for (size_t i = 0; i < count; ++i) {
+      float want = static_cast<float>(i % 11) + static_cast<float>((i + 1) % 11) + static_cast<float>((i + 2) % 11);
+      if (out[i] != want) throw std::runtime_error("wrong at " + std::to_string(i));
+    }
+  });
+  unsetenv("CHORUS_SHM_DIRECT_BYTES");
+  EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+}
