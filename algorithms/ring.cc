@@ -9,6 +9,8 @@
 //  * receives are posted in message order and only ever wait for a free staging slot, which is released as
 //    soon as the chunk is reduced; sends never hold a slot (they read user memory or scratch), so no cycle
 //    of waits can form around the ring;
+//    Where the transport reduces while receiving (Transport::irecvReduce: shm), a reduce-step chunk lands in
+//    its destination directly and its slot is only a ticket that bounds the receives in flight;
 //  * what a rank sends at step j+1 is what it received at step j (ringSendSegment/ringRecvSegment), with the
 //    same chunk boundaries, so a forwarded chunk is complete before it is sent;
 //  * memory a receive will overwrite is never still being sent: data for it arrives only after the peer
@@ -56,6 +58,7 @@ void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
 
   std::vector<Request> sendReq(K), recvReq(K);
   std::vector<int> slotOf(K, -1);
+  std::vector<bool> fused(K, true);
   std::vector<int> freeSlots;
   for (int i = kSlots - 1; i >= 0; --i) freeSlots.push_back(i);
 
@@ -92,16 +95,20 @@ void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
       int seg = ringRecvSegment(r, j, job.shift, n);
       size_t off, len;
       chunkRange(seg, c, &off, &len);
-      uint8_t* dst;
       if (j < job.reduceSteps) {
-        if (freeSlots.empty()) break;
+        if (freeSlots.empty()) break;  // also bounds the fused receives in flight
         slotOf[recvPosted] = freeSlots.back();
         freeSlots.pop_back();
-        dst = slots + static_cast<size_t>(slotOf[recvPosted]) * slotBytes;
+        // Fused when the transport can: the chunk is reduced as it arrives, and the slot is only a ticket.
+        if (!comm.irecvReduce(prev, landing(j, seg) + off, job.input(seg) + off, len, job.dtype, job.op, tag,
+                              &recvReq[recvPosted])) {
+          fused[recvPosted] = false;
+          comm.irecv(prev, slots + static_cast<size_t>(slotOf[recvPosted]) * slotBytes, len, tag,
+                     &recvReq[recvPosted]);
+        }
       } else {
-        dst = job.output(seg) + off;
+        comm.irecv(prev, job.output(seg) + off, len, tag, &recvReq[recvPosted]);
       }
-      comm.irecv(prev, dst, len, tag, &recvReq[recvPosted]);
       ++recvPosted;
     }
   };
@@ -113,7 +120,7 @@ void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
     chunkRange(seg, k % C, &off, &len);
     uint8_t* slot = slots + static_cast<size_t>(slotOf[k]) * slotBytes;
     uint8_t* dst = landing(j, seg) + off;
-    kernels::reduce(dst, job.input(seg) + off, slot, len / es, job.dtype, job.op);
+    if (!fused[k]) kernels::reduce(dst, job.input(seg) + off, slot, len / es, job.dtype, job.op);
     if (j == job.reduceSteps - 1 && job.op == chorusAvg) kernels::scaleDivide(dst, len / es, job.dtype, n);
     freeSlots.push_back(slotOf[k]);
   };

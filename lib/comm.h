@@ -42,6 +42,11 @@ class Comm {
   // ---- for algorithms (executing thread only) ----
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req);
   void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req);
+  // transport::Transport::irecvReduce: false when the peer's transport cannot reduce while receiving.
+  bool irecvReduce(int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype, chorusRedOp_t op,
+                   const OpTag& tag, Request* req) {
+    return route_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
+  }
   // Drives the transports until done() is true: spins CHORUS_SPIN_US, then sleeps in poll. Throws on abort,
   // on a transport error, and after CHORUS_TIMEOUT seconds without progress (naming `waitingOn`).
   void waitUntil(const std::function<bool()>& done, const OpTag& tag);

@@ -9,6 +9,9 @@ import re
 import sys
 
 SIZES = [8, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20]
+if os.environ.get("SIZES"):  # e.g. SIZES="8 64K 128K 1M": the columns to print
+    SIZES = [int(x[:-1]) << {"K": 10, "M": 20, "G": 30}[x[-1]] if x[-1] in "KMG" else int(x)
+             for x in os.environ["SIZES"].split()]
 best = collections.defaultdict(dict)   # (peer, n) -> size -> (time, busbw)
 runs = collections.defaultdict(lambda: collections.defaultdict(list))
 for folder in sys.argv[1:]:
@@ -38,8 +41,16 @@ def cell(key, size):
     return f"{t:.1f} µs" if size == 8 else f"{bw:.2f}"
 
 
-print("| peer | ranks | 8 B latency | busbw 64 KiB | 1 MiB | 16 MiB | 64 MiB | 256 MiB | runs |")
-print("|---|---|---|---|---|---|---|---|---|")
+def label(size):
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+heads = [f"{label(s)} latency" if s == 8 else f"busbw {label(s)}" for s in SIZES]
+print("| peer | ranks | " + " | ".join(heads) + " | runs |")
+print("|---|---|" + "---|" * len(SIZES) + "---|")
 for key in sorted(best, key=lambda k: (k[1], k[0])):
     nruns = max(len(v) for v in runs[key].values())
     print(f"| {key[0]} | {key[1]} | " + " | ".join(cell(key, s) for s in SIZES) + f" | {nruns} |")

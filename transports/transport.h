@@ -78,6 +78,14 @@ class Transport {
   virtual void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) = 0;
   // Posts a receive of exactly len bytes tagged `tag` from peer. Never blocks; see Note [Message tags].
   virtual void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) = 0;
+  // Like irecv, but the payload is reduced into dst as it arrives: dst = src op payload, elementwise over
+  // len bytes of dtype (dst may equal src; both stay valid until req->done). Saves the caller a staging copy
+  // where the transport can read the payload in place (shm). Returns false, posting nothing, if it cannot.
+  virtual bool irecvReduce(int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype,
+                           chorusRedOp_t op, const OpTag& tag, Request* req) {
+    (void)peer, (void)dst, (void)src, (void)len, (void)dtype, (void)op, (void)tag, (void)req;
+    return false;
+  }
   // Moves whatever data can move now without blocking; true if anything moved. Throws chorus::Error naming
   // the peer when a connection fails, a peer dies or reports an error, or a tag mismatches.
   virtual bool progress() = 0;

@@ -53,6 +53,7 @@ struct alignas(kLine) Slot {
   uint8_t payload[kSlotPayload];
 };
 static_assert(sizeof(Slot) == kSlotBytes);
+static_assert(kSlotPayload % 8 == 0, "a slot must hold whole elements of every datatype");
 
 struct Fifo {
   Line tail;  // slots released by the consumer; written by the consumer only

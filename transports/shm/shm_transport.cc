@@ -16,6 +16,7 @@
 
 #include "lib/bootstrap.h"
 #include "lib/error.h"
+#include "lib/kernels/reduce.h"
 #include "lib/log.h"
 #include "transports/shm/control.h"
 #include "transports/shm/segment.h"
@@ -83,6 +84,9 @@ struct RecvMsg {
   size_t len, got;
   OpTag tag;
   Request* req;
+  const uint8_t* src = nullptr;  // irecvReduce: buf = src op payload
+  chorusDataType_t dtype = chorusFloat32;
+  chorusRedOp_t op = chorusSum;
 };
 
 struct Peer {
@@ -221,6 +225,18 @@ class ShmTransport final : public Transport {
     pumpRecvs(p);
   }
 
+  // Inline slots hold whole elements (kSlotPayload is a multiple of every element size), so each slot is
+  // reduced straight out of the FIFO into dst.
+  bool irecvReduce(int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype, chorusRedOp_t op,
+                   const OpTag& tag, Request* req) override {
+    Peer& p = *peers_.at(peer);
+    req->done = false;
+    req->pendingParts = 1;
+    p.recvq.push_back(RecvMsg{static_cast<uint8_t*>(dst), len, 0, tag, req, static_cast<const uint8_t*>(src), dtype, op});
+    pumpRecvs(p);
+    return true;
+  }
+
   bool progress() override {
     if (armed_) disarm();
     if (++calls_ % kControlEvery == 0) pollControl();
@@ -237,10 +253,10 @@ class ShmTransport final : public Transport {
   int waitFd() const override { return epoll_.get(); }
 
   bool armWake() override {
-    for (Peer* p : active_) p->s()->asleep[p->side].v.store(1, std::memory_order_relaxed);
-    // The slow half of the asymmetric fence in wake(): a full barrier on every CPU running a peer.
-    if (!registerMembarrier() || ::syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0)
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (Peer* p : active_) p->s()->asleep[p->side].v.store(1, std::memory_order_seq_cst);
+    // The slow half of the asymmetric barrier in wake(): a full barrier on every CPU running a peer.
+    if (registerMembarrier() && ::syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0)
+      CHORUS_DEBUG(kNet, "membarrier failed ({}); a wake-up may be late by one poll timeout", std::strerror(errno));
     armed_ = true;
     pollControl();
     for (Peer* p : active_)
@@ -292,25 +308,33 @@ class ShmTransport final : public Transport {
     armed_ = false;
   }
 
-  // After publishing or releasing slots: if the peer announced it is going to sleep, wake it (once).
-  // Dekker: we store to the FIFO then load the peer's flag; the sleeper stores its flag then loads the FIFO.
-  // Both orders must hold. A full fence here would stall every send until the slot's cache line is ours, so
-  // when both processes are membarrier targets the sleeper pays instead (armWake's membarrier() forces a
-  // barrier on this CPU) and we only keep the compiler from reordering.
+  // Stores a FIFO word (a slot's `ready`, or `tail`) that a sleeping peer may be waiting for. Dekker with
+  // wake(): we store the word then load the peer's flag; the sleeper stores its flag then loads the word, and
+  // one of the two must see the other's store. A seq_cst store (a full barrier) would stall every send until
+  // the slot's cache line is ours, so when both processes are membarrier targets the sleeper pays instead
+  // (armWake's membarrier() runs a barrier on this CPU) and we only keep the compiler from reordering.
+  static void publish(Peer& p, std::atomic<uint64_t>& word, uint64_t value) {
+    if (p.lightWake()) {
+      word.store(value, std::memory_order_release);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    } else {
+      word.store(value, std::memory_order_seq_cst);
+    }
+  }
+
+  // After publishing: if the peer announced it is going to sleep, wake it (once).
   void wake(Peer& p) {
-    if (p.lightWake()) std::atomic_signal_fence(std::memory_order_seq_cst);
-    else std::atomic_thread_fence(std::memory_order_seq_cst);
     std::atomic<uint64_t>& flag = p.s()->asleep[1 - p.side].v;
-    if (flag.load(std::memory_order_relaxed) == 0 || flag.exchange(0) == 0 || p.gone) return;
+    if (flag.load(std::memory_order_seq_cst) == 0 || flag.exchange(0) == 0 || p.gone) return;
     Frame f{kFrameMagic, FrameType::Wake, {}, 0, 0};
     // Best effort: a full socket already holds wake-ups, and a dead peer is noticed on the control socket.
     if (::send(p.sock.get(), &f, sizeof f, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* see above */ }
   }
 
   bool hasWork(Peer& p) const {
-    if (!p.recvq.empty() && p.in->slots[p.next % kSlots].h.ready.load(std::memory_order_acquire) == p.next + 1)
+    if (!p.recvq.empty() && p.in->slots[p.next % kSlots].h.ready.load(std::memory_order_seq_cst) == p.next + 1)
       return true;
-    uint64_t tail = p.out->tail.v.load(std::memory_order_acquire);
+    uint64_t tail = p.out->tail.v.load(std::memory_order_seq_cst);
     if (!p.sendq.empty() && p.head - tail < kSlots) return true;
     return !p.direct.empty() && tail >= p.direct.front().doneAt;
   }
@@ -349,7 +373,7 @@ class ShmTransport final : public Transport {
         h.part = {m.sent, n, 0};
         m.sent += n;
       }
-      h.ready.store(p.head + 1, std::memory_order_release);
+      publish(p, h.ready, p.head + 1);
       ++p.head;
       published = true;
       if (m.sent == m.len) {
@@ -384,7 +408,7 @@ class ShmTransport final : public Transport {
       if (!(tagOf(h) == m.tag) || h.msgLen != m.len) mismatch(p, h, m);
       if (h.type == SlotType::Small) {
         if (m.len > kSmallBytes) corrupt(p, h);
-        if (m.len > 0) std::memcpy(m.buf, h.small, m.len);
+        deliver(m, 0, h.small, m.len);
         m.got = m.len;
       } else {
         const uint64_t off = h.part.offset, len = h.part.len;
@@ -392,17 +416,25 @@ class ShmTransport final : public Transport {
           corrupt(p, h);
         if (h.type == SlotType::Rendezvous) {
           size_t n = std::min<size_t>(kCopyPiece, len - p.directDone);
-          copyFromPeer(p, m.buf + off + p.directDone, h.part.addr + p.directDone, n, m.tag);
+          if (m.src == nullptr) {
+            copyFromPeer(p, m.buf + off + p.directDone, h.part.addr + p.directDone, n, m.tag);
+          } else if (p.sameProcess) {
+            deliver(m, off + p.directDone, reinterpret_cast<const uint8_t*>(h.part.addr + p.directDone), n);
+          } else {  // the payload must be local before it can be reduced
+            if (bounce_.size() < n) bounce_.resize(kCopyPiece);
+            copyFromPeer(p, bounce_.data(), h.part.addr + p.directDone, n, m.tag);
+            deliver(m, off + p.directDone, bounce_.data(), n);
+          }
           p.directDone += n;
           moved = true;
           if (p.directDone < len) break;  // let the caller serve other peers between pieces
           p.directDone = 0;
         } else {
-          std::memcpy(m.buf + off, slot.payload, len);
+          deliver(m, off, slot.payload, len);
         }
         m.got += len;
       }
-      p.in->tail.v.store(++p.next, std::memory_order_release);
+      publish(p, p.in->tail.v, ++p.next);
       released = true;
       if (m.got == m.len) {
         complete(m.req);
@@ -411,6 +443,13 @@ class ShmTransport final : public Transport {
     }
     if (released) wake(p);
     return moved || released;
+  }
+
+  // Stores (or, for irecvReduce, reduces) n payload bytes at offset `at` of the message.
+  static void deliver(RecvMsg& m, size_t at, const uint8_t* payload, size_t n) {
+    if (n == 0) return;
+    if (m.src == nullptr) std::memcpy(m.buf + at, payload, n);
+    else kernels::reduce(m.buf + at, m.src + at, payload, n / kernels::dataTypeSize(m.dtype), m.dtype, m.op);
   }
 
   void copyFromPeer(Peer& p, uint8_t* dst, uint64_t src, size_t n, const OpTag& tag) {
@@ -537,6 +576,7 @@ class ShmTransport final : public Transport {
   uint64_t bytesSent_ = 0;
   unsigned calls_ = 0;
   bool armed_ = false;
+  std::vector<uint8_t> bounce_;  // irecvReduce of a direct copy between processes
 };
 
 }  // namespace
