@@ -31,6 +31,10 @@ class PowerOfTwoFold {
       return false;
     }
     Request v;
+    if (comm.irecvReduce(rank_ - 1, out, out, bytes, a.dtype, a.op, tag, &v)) {
+      comm.wait(v, tag);
+      return true;
+    }
     comm.irecv(rank_ - 1, tmp, bytes, tag, &v);
     comm.wait(v, tag);
     kernels::reduce(out, out, tmp, a.count, a.dtype, a.op);

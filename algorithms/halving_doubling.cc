@@ -33,11 +33,14 @@ void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
     const int keepLo = upper ? mid : lo, keepHi = upper ? hi : mid;
     const int giveLo = upper ? lo : mid, giveHi = upper ? mid : hi;
     Request s, v;
-    comm.irecv(peer, tmp + off(keepLo), off(keepHi) - off(keepLo), tag, &v);
+    uint8_t* keep = out + off(keepLo);
+    const size_t keepBytes = off(keepHi) - off(keepLo);
+    // The kept half is never sent at this step, so it can be reduced into while it arrives.
+    const bool fused = comm.irecvReduce(peer, keep, keep, keepBytes, a.dtype, a.op, tag, &v);
+    if (!fused) comm.irecv(peer, tmp + off(keepLo), keepBytes, tag, &v);
     comm.isend(peer, out + off(giveLo), off(giveHi) - off(giveLo), tag, &s);
     comm.waitUntil([&] { return s.done && v.done; }, tag);
-    kernels::reduce(out + off(keepLo), out + off(keepLo), tmp + off(keepLo), (off(keepHi) - off(keepLo)) / es,
-                    a.dtype, a.op);
+    if (!fused) kernels::reduce(keep, keep, tmp + off(keepLo), keepBytes / es, a.dtype, a.op);
     lo = keepLo;
     hi = keepHi;
   }

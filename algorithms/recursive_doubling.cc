@@ -23,10 +23,13 @@ void recursiveDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a)
   for (int mask = 1; mask < fold.p(); mask <<= 1) {
     const int peer = fold.realRank(fold.active() ^ mask);
     Request s, v;
-    comm.irecv(peer, tmp, bytes, tag, &v);
     comm.isend(peer, out, bytes, tag, &s);
+    // Reducing into `out` while it is received is only safe once the send no longer reads it (a transport
+    // that copies eagerly, shm, is usually done already); otherwise stage in tmp.
+    const bool fused = s.done && comm.irecvReduce(peer, out, out, bytes, a.dtype, a.op, tag, &v);
+    if (!fused) comm.irecv(peer, tmp, bytes, tag, &v);
     comm.waitUntil([&] { return s.done && v.done; }, tag);
-    kernels::reduce(out, out, tmp, a.count, a.dtype, a.op);
+    if (!fused) kernels::reduce(out, out, tmp, a.count, a.dtype, a.op);
   }
   if (a.op == chorusAvg) kernels::scaleDivide(out, a.count, a.dtype, n);
   fold.foldOut(comm, tag, a, out);

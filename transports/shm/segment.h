@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "lib/socket.h"
 
@@ -70,21 +72,26 @@ struct PairSegment {
 };
 
 // A shared mapping of a PairSegment, backed by a memfd that never has a name in any file system (so a killed
-// rank leaves nothing behind). The owner creates it; the peer maps the descriptor it receives.
+// rank leaves nothing behind). The owner creates it; the peer maps the descriptor it receives. Within one
+// process (ranks as threads) both ends share a single mapping: the synchronisation then happens on one
+// address, which is what ThreadSanitizer (and any reader of a core dump) can follow.
 class Segment {
  public:
   Segment() = default;
   static Segment create(const std::string& name);  // zero-filled
   static Segment map(int fd);                      // throws if the size is not a PairSegment's
-  Segment(Segment&& o) noexcept { *this = std::move(o); }
-  Segment& operator=(Segment&& o) noexcept;
-  ~Segment();
-  PairSegment* get() const { return seg_; }
+  PairSegment* get() const { return mapping_ ? mapping_->seg : nullptr; }
   int fd() const { return fd_.get(); }
 
  private:
+  struct Mapping {
+    PairSegment* seg = nullptr;
+    uint64_t key = 0;  // the memfd's inode
+    ~Mapping();
+  };
+  static std::shared_ptr<Mapping> shared(int fd);
   Fd fd_;
-  PairSegment* seg_ = nullptr;
+  std::shared_ptr<Mapping> mapping_;
 };
 
 }  // namespace chorus::transport::shm
