@@ -33,6 +33,7 @@ void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a);
 void chainBroadcast(Comm& comm, const OpTag& tag, const CollArgs& a);
 void chainReduce(Comm& comm, const OpTag& tag, const CollArgs& a);
 // algorithms/direct.cc: every pair at once.
+void directAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a);
 void directAllToAll(Comm& comm, const OpTag& tag, const CollArgs& a);
 void disseminationBarrier(Comm& comm, const OpTag& tag);
 // Posts a Send or Recv without waiting (used by groups, whose members complete together).

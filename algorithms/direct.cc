@@ -1,4 +1,5 @@
-// Operations where every rank talks to its peers directly: AllToAll, Send/Recv and the barrier.
+// Operations where every rank talks to its peers directly: AllReduce of tiny messages, AllToAll, Send/Recv
+// and the barrier.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -24,6 +25,32 @@ void directAllToAll(Comm& comm, const OpTag& tag, const CollArgs& a) {
   }
   comm.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
                  tag);
+}
+
+// Every rank sends its input to every other rank and reduces the n contributions itself, in rank order, so
+// every rank computes bitwise the same result. One round instead of log2(n): when ranks outnumber cores, an
+// operation then needs each rank to be scheduled once rather than once per round.
+void directAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
+  const int n = comm.nranks(), r = comm.rank();
+  const size_t es = kernels::dataTypeSize(a.dtype), bytes = a.count * es;
+  auto out = static_cast<uint8_t*>(a.recvbuff);
+  if (n == 1) {
+    if (a.sendbuff != a.recvbuff) std::memmove(out, a.sendbuff, bytes);
+    return;
+  }
+  uint8_t* all = comm.scratch(bytes * static_cast<size_t>(n), 2);  // contribution of rank q at q * bytes
+  std::memcpy(all + static_cast<size_t>(r) * bytes, a.sendbuff, bytes);
+  std::vector<Request> reqs(2 * static_cast<size_t>(n - 1));
+  for (int i = 1; i < n; ++i) {
+    int to = mod(r + i, n), from = mod(r - i, n);
+    comm.irecv(from, all + static_cast<size_t>(from) * bytes, bytes, tag, &reqs[2 * (i - 1)]);
+    comm.isend(to, all + static_cast<size_t>(r) * bytes, bytes, tag, &reqs[2 * (i - 1) + 1]);
+  }
+  comm.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
+                 tag);
+  kernels::reduce(out, all, all + bytes, a.count, a.dtype, a.op);
+  for (int q = 2; q < n; ++q) kernels::reduce(out, out, all + static_cast<size_t>(q) * bytes, a.count, a.dtype, a.op);
+  if (a.op == chorusAvg) kernels::scaleDivide(out, a.count, a.dtype, n);
 }
 
 void disseminationBarrier(Comm& comm, const OpTag& tag) {

@@ -3,12 +3,16 @@
 // CHORUS_CHUNK_BYTES; a *step* moves one segment one hop around the ring (to rank+1). Reduce-scatter takes
 // n-1 steps, all-gather n-1 more; an allreduce is both, so each rank sends 2(n-1)/n of the buffer.
 //
-// Messages are ordered step-major: (step 0, chunks 0..C-1), (step 1, ...), ... The send of (j, c) depends
-// only on the receive of (j-1, c), so while chunk c+1 is on the wire chunk c is being reduced: the pipeline.
+// Messages are ordered in wavefronts: (step j, chunk c) comes before (j', c') when j + c < j' + c', ties by
+// step. The send of (j, c) depends only on the receive of (j-1, c), one wavefront earlier, so while chunk
+// c+1 is on the wire chunk c is being reduced (the pipeline), and a chunk is forwarded right after it was
+// reduced, while it is still in cache (step-major order would first stream every chunk of step 0). Measured
+// over shm, 2 ranks, in place, busbw: 8 MiB 8.2-8.7 GB/s step-major against 9.3 in wavefronts, 16 MiB 6.8-7.6
+// against 7.9.
 // Invariants that make it deadlock-free and correct:
 //  * receives are posted in message order and only ever wait for a free staging slot, which is released as
-//    soon as the chunk is reduced; sends never hold a slot (they read user memory or scratch), so no cycle
-//    of waits can form around the ring;
+//    soon as the chunk is reduced; sends never hold a slot (they read user memory or scratch); every send
+//    depends only on an earlier message, so by induction on the message index every message flows;
 //    Where the transport reduces while receiving (Transport::irecvReduce: shm), a reduce-step chunk lands in
 //    its destination directly and its slot is only a ticket that bounds the receives in flight;
 //  * what a rank sends at step j+1 is what it received at step j (ringSendSegment/ringRecvSegment), with the
@@ -74,12 +78,22 @@ void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
     return job.output(seg);
   };
 
+  // Message k of this rank (and of its neighbours) is (step, chunk) = order[k], in wavefront order.
+  std::vector<std::pair<int, size_t>> order;
+  std::vector<size_t> indexOf(K);  // j * C + c -> k
+  order.reserve(K);
+  for (size_t d = 0; d + 1 < static_cast<size_t>(job.steps) + C; ++d)
+    for (int j = 0; j < job.steps; ++j)
+      if (d >= static_cast<size_t>(j) && d - static_cast<size_t>(j) < C) {
+        indexOf[static_cast<size_t>(j) * C + (d - static_cast<size_t>(j))] = order.size();
+        order.emplace_back(j, d - static_cast<size_t>(j));
+      }
+
   size_t sendPosted = 0, recvPosted = 0, processed = 0;
   auto postSends = [&] {
     while (sendPosted < K) {
-      int j = static_cast<int>(sendPosted / C);
-      size_t c = sendPosted % C;
-      if (j > 0 && processed <= (sendPosted - C)) break;  // waits for receive (j-1, c)
+      auto [j, c] = order[sendPosted];
+      if (j > 0 && processed <= indexOf[static_cast<size_t>(j - 1) * C + c]) break;  // waits for receive (j-1, c)
       int seg = ringSendSegment(r, j, job.shift, n);
       size_t off, len;
       chunkRange(seg, c, &off, &len);
@@ -90,8 +104,7 @@ void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
   };
   auto postRecvs = [&] {
     while (recvPosted < K) {
-      int j = static_cast<int>(recvPosted / C);
-      size_t c = recvPosted % C;
+      auto [j, c] = order[recvPosted];
       int seg = ringRecvSegment(r, j, job.shift, n);
       size_t off, len;
       chunkRange(seg, c, &off, &len);
@@ -113,11 +126,11 @@ void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
     }
   };
   auto process = [&](size_t k) {
-    int j = static_cast<int>(k / C);
+    auto [j, c] = order[k];
     if (j >= job.reduceSteps) return;
     int seg = ringRecvSegment(r, j, job.shift, n);
     size_t off, len;
-    chunkRange(seg, k % C, &off, &len);
+    chunkRange(seg, c, &off, &len);
     uint8_t* slot = slots + static_cast<size_t>(slotOf[k]) * slotBytes;
     uint8_t* dst = landing(j, seg) + off;
     if (!fused[k]) kernels::reduce(dst, job.input(seg) + off, slot, len / es, job.dtype, job.op);

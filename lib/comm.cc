@@ -98,6 +98,9 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
   }
   // Lower rank connects, higher accepts. Connecting first to every higher rank never blocks on the peer's
   // progress (the kernel completes TCP and unix-socket handshakes), so every rank can then accept in order.
+  allShm_ = true;
+  for (int p = 0; p < nranks(); ++p)
+    if (p != rank()) allShm_ = allShm_ && std::string(route_[p]->name()) == "shm";
   for (int p = rank() + 1; p < nranks(); ++p) route_[p]->connect(p, ranks[p].addresses[via[p]], deadline);
   for (int p = 0; p < rank(); ++p) route_[p]->accept(p, deadline);
 }

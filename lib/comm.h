@@ -36,6 +36,8 @@ class Comm {
   int nranks() const { return setup_.nranks; }
   const Config& config() const { return config_; }
   const transport::PeerInfo& peer(int r) const { return setup_.peers[r]; }
+  // True when every peer is reached through shared memory (then extra messages cost no system calls).
+  bool allPeersOverShm() const { return allShm_; }
   std::string name() const { return peer(rank()).name(); }
   Executor& executor() { return *executor_; }
 
@@ -91,6 +93,7 @@ class Comm {
   std::vector<std::unique_ptr<transport::Transport>> transports_;  // index = position of its bootstrap address
   std::vector<transport::Transport*> inUse_;  // those that serve at least one peer
   std::vector<transport::Transport*> route_;  // per peer
+  bool allShm_ = false;
   std::unique_ptr<Executor> executor_;
   Fd abortFd_;  // eventfd: wakes a sleeping waiter on abort
   std::atomic<bool> aborted_{false};

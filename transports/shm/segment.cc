@@ -36,7 +36,7 @@ std::shared_ptr<Segment::Mapping> Segment::shared(int fd) {
   const uint64_t key = static_cast<uint64_t>(st.st_ino);
   std::lock_guard<std::mutex> g(registryMu);
   if (auto existing = std::static_pointer_cast<Mapping>(registry()[key].lock())) return existing;
-  void* p = ::mmap(nullptr, sizeof(PairSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, sizeof(PairSegment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) failErrno("mmap of a shared-memory segment");
   auto m = std::make_shared<Mapping>();
   m->seg = static_cast<PairSegment*>(p);
