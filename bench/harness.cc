@@ -141,7 +141,8 @@ void usage(const char* prog) {
           "  -r root       root rank (broadcast, reduce), default 0\n"
           "  -z 0|1        0: enqueue the batch on a stream, then synchronize; 1: every call blocks. Default 0\n"
           "  -a 0|1        1: adaptive iterations like the peers' bench_common.h (about -T s per size, <= 1000\n"
-          "                iterations and 512 MiB of traffic; -n/-w ignored). Default 0\n"
+          "                iterations and 512 MiB of traffic; -n/-w ignored), after 0.2 s of untimed smallest-size\n"
+          "                ops (start-up is not charged to the first size). Default 0\n"
           "  -T seconds    adaptive: time per size, default 1.0\n"
           "  -P 0|1        1: the peers' single-group layout (size count type redop time algbw busbw #wrong iters,\n"
           "                in-place where supported) for summarize.py. Default 0: nccl-tests layout\n"
@@ -256,6 +257,15 @@ double timeGroup(const Coll& coll, const Ctx& x, const Args& a, size_t bytes, co
     if (a.adaptive && iters < planned && iters >= 3 && allReduce1(elapsed, chorusMax) > a.seconds) break;
   }
   return elapsed / static_cast<double>(iters);
+}
+
+// Freshly started ranks often share a core until the kernel's load balancer spreads them (milliseconds), which
+// would be charged to the first size. Adaptive runs first spend about 0.2 s on untimed smallest-size ops.
+void settle(const Coll& coll, Ctx x, const Args& a, int nranks, char* sendBuf, char* recvBuf) {
+  coll.getCounts(a.minBytes / typeSize(a.type), nranks, x.c);
+  double t0 = now();
+  do launch(coll, x, sendBuf, recvBuf, 100);
+  while (allReduce1(now() - t0, chorusMax) < 0.2);  // every rank agrees when to stop
 }
 
 std::string fmtTime(double us) {
@@ -444,6 +454,8 @@ int benchMain(int argc, char** argv, const Coll& coll) {
   const size_t sendBytesMax = cmax.send * es, baseBytesMax = std::max(cmax.send, cmax.recv) * es;
   char* sendBuf = static_cast<char*>(allocBuf(sendBytesMax));
   char* recvBuf = static_cast<char*>(allocBuf(baseBytesMax));  // also the in-place buffer
+
+  if (a.adaptive) settle(coll, x, a, nranks, sendBuf, recvBuf);
 
   double busSum = 0;
   int busN = 0;

@@ -73,7 +73,7 @@ chorusResult_t submit(chorusComm_t commHandle, const char* fn, chorusStream_t st
     checkStream(stream, *ref);
     CollArgs args = validate(check);
     if (groupRecord(&*ref, args, stream)) return;
-    issue(*ref, {args}, {stream});
+    issue(*ref, std::span<const CollArgs>(&args, 1), std::span<const chorusStream_t>(&stream, 1));
   });
 }
 

@@ -83,7 +83,7 @@ void runOne(Comm& comm, const TaggedCall& c) {
 }
 
 // A group's Sends to self and Recvs from self pair up in order and become copies.
-void copySelfMessages(Comm& comm, const std::vector<TaggedCall>& calls) {
+void copySelfMessages(Comm& comm, std::span<const TaggedCall> calls) {
   std::vector<const algo::CollArgs*> sends, recvs;
   for (const TaggedCall& c : calls)
     if (c.args.kind == OpKind::Send && c.args.root == comm.rank()) (c.args.isRecv ? recvs : sends).push_back(&c.args);
@@ -101,9 +101,11 @@ void copySelfMessages(Comm& comm, const std::vector<TaggedCall>& calls) {
 
 }  // namespace
 
-void runCalls(Comm& comm, const std::vector<TaggedCall>& calls) {
+void runCalls(Comm& comm, std::span<const TaggedCall> calls) {
   copySelfMessages(comm, calls);
-  std::deque<Request> p2p;
+  auto remote = [&](const TaggedCall& c) { return c.args.kind == OpKind::Send && c.args.root != comm.rank(); };
+  std::vector<Request> p2p;  // reserved up front: posted requests must not move
+  p2p.reserve(static_cast<size_t>(std::count_if(calls.begin(), calls.end(), remote)));
   for (const TaggedCall& c : calls) {
     if (c.args.kind == OpKind::Send && c.args.root == comm.rank()) continue;
     // Nothing to move; the call still took its sequence number, so a rank that disagrees about the count

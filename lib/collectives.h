@@ -1,7 +1,7 @@
 // Chooses and runs the algorithm for one recorded call (the executing thread's entry into algorithms/).
 #pragma once
 
-#include <vector>
+#include <span>
 
 #include "algorithms/collective.h"
 
@@ -15,6 +15,6 @@ struct TaggedCall {
 // Takes the call's sequence number now, in issue order (Note [Issue order]).
 TaggedCall tagCall(Comm& comm, const algo::CollArgs& args);
 // Runs the calls together: Send/Recv are all posted, collectives run in order, then everything is awaited.
-void runCalls(Comm& comm, const std::vector<TaggedCall>& calls);
+void runCalls(Comm& comm, std::span<const TaggedCall> calls);
 
 }  // namespace chorus

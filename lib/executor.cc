@@ -22,7 +22,7 @@ Executor::~Executor() {
   if (worker_.joinable()) worker_.join();
 }
 
-void Executor::execute(Fn& fn, chorusResult_t* rc, std::string* msg) {
+void Executor::execute(const Fn& fn, chorusResult_t* rc, std::string* msg) {
   log::LogRankScope scope(comm_.rank());
   try {
     comm_.throwIfFailed();
@@ -39,7 +39,7 @@ void Executor::execute(Fn& fn, chorusResult_t* rc, std::string* msg) {
   }
 }
 
-void Executor::runBlocking(Fn fn) {
+void Executor::runBlocking(const Fn& fn) {
   std::unique_lock<std::mutex> g(mu_);
   if (queue_.empty() && !busy_) {
     busy_ = true;
@@ -55,7 +55,7 @@ void Executor::runBlocking(Fn fn) {
     return;
   }
   auto done = std::make_shared<Completion>();
-  queue_.push_back(Task{std::move(fn), {}, done});
+  queue_.push_back(Task{fn, {}, done});
   if (!worker_.joinable()) worker_ = std::thread(&Executor::workerLoop, this);
   cv_.notify_all();
   cv_.wait(g, [&] { return done->finished; });

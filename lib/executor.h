@@ -28,7 +28,7 @@ class Executor {
   ~Executor();
 
   // Runs fn after all earlier work and returns when it is done; rethrows its chorus::Error.
-  void runBlocking(Fn fn);
+  void runBlocking(const Fn& fn);
   // Queues fn and returns; each stream counts it as pending until it finishes.
   void enqueue(Fn fn, std::vector<chorusStream*> streams);
   // Waits until every queued operation has finished.
@@ -40,7 +40,7 @@ class Executor {
     std::vector<chorusStream*> streams;
     std::shared_ptr<struct Completion> done;  // set for a blocking caller waiting on the queue
   };
-  void execute(Fn& fn, chorusResult_t* rc, std::string* msg);
+  void execute(const Fn& fn, chorusResult_t* rc, std::string* msg);
   void workerLoop();
 
   Comm& comm_;

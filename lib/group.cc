@@ -26,13 +26,21 @@ struct GroupState {
 };
 thread_local GroupState tGroup;
 
-std::function<void()> makeTask(Comm& comm, std::vector<algo::CollArgs> calls) {
-  return [&comm, calls = std::move(calls)] {
-    std::vector<TaggedCall> tagged;
-    tagged.reserve(calls.size());
-    for (const auto& a : calls) tagged.push_back(tagCall(comm, a));
-    runCalls(comm, tagged);
-  };
+void tagAndRun(Comm& comm, std::span<const algo::CollArgs> calls) {
+  if (calls.size() == 1) {  // the common case, without allocating
+    TaggedCall one = tagCall(comm, calls[0]);
+    runCalls(comm, std::span<const TaggedCall>(&one, 1));
+    return;
+  }
+  std::vector<TaggedCall> tagged;
+  tagged.reserve(calls.size());
+  for (const auto& a : calls) tagged.push_back(tagCall(comm, a));
+  runCalls(comm, tagged);
+}
+
+// An asynchronous task owns copies of its calls.
+std::function<void()> makeTask(Comm& comm, std::span<const algo::CollArgs> calls) {
+  return [&comm, owned = std::vector<algo::CollArgs>(calls.begin(), calls.end())] { tagAndRun(comm, owned); };
 }
 
 }  // namespace
@@ -47,8 +55,8 @@ bool groupRecord(Comm* comm, const algo::CollArgs& args, chorusStream_t stream) 
 }
 
 // Queues calls on comm; when the caller must block, returns a private stream that completes with them.
-std::unique_ptr<chorusStream> start(Comm& comm, std::vector<algo::CollArgs> calls,
-                                    const std::vector<chorusStream_t>& streams) {
+std::unique_ptr<chorusStream> start(Comm& comm, std::span<const algo::CollArgs> calls,
+                                    std::span<const chorusStream_t> streams) {
   bool blocking = streams.empty() || std::count(streams.begin(), streams.end(), nullptr) > 0;
   std::vector<chorusStream*> live;
   for (chorusStream_t s : streams)
@@ -58,16 +66,18 @@ std::unique_ptr<chorusStream> start(Comm& comm, std::vector<algo::CollArgs> call
     waiter = std::make_unique<chorusStream>(&comm);
     live.push_back(waiter.get());
   }
-  comm.executor().enqueue(makeTask(comm, std::move(calls)), live);
+  comm.executor().enqueue(makeTask(comm, calls), live);
   return waiter;
 }
 
-void issue(Comm& comm, std::vector<algo::CollArgs> calls, const std::vector<chorusStream_t>& streams) {
+void issue(Comm& comm, std::span<const algo::CollArgs> calls, std::span<const chorusStream_t> streams) {
   if (std::all_of(streams.begin(), streams.end(), [](chorusStream_t s) { return s == nullptr; })) {
-    comm.executor().runBlocking(makeTask(comm, std::move(calls)));  // inline when idle: no hand-off latency
+    // Inline when idle (no hand-off latency). The task only refers to this frame, which outlives it: a
+    // blocking call returns after its work ran, even when it had to queue.
+    comm.executor().runBlocking([&] { tagAndRun(comm, calls); });  // two references: no allocation
     return;
   }
-  std::unique_ptr<chorusStream> waiter = start(comm, std::move(calls), streams);
+  std::unique_ptr<chorusStream> waiter = start(comm, calls, streams);
   std::string msg;
   if (waiter && waiter->waitAll(&msg) != chorusSuccess) throw Error(waiter->error, msg);
 }
@@ -88,14 +98,14 @@ void groupEnd() {
   for (Comm* c : order) CallRef ref(static_cast<chorusComm_t>(c), "comm (recorded in this group)");
   if (order.size() == 1) {
     CallRef ref(static_cast<chorusComm_t>(order[0]), "comm");
-    issue(*order[0], std::move(byComm[order[0]].first), byComm[order[0]].second);
+    issue(*order[0], byComm[order[0]].first, byComm[order[0]].second);
     return;
   }
   // Several communicators: start all before waiting on any, so cross-communicator dependencies cannot deadlock.
   std::vector<std::unique_ptr<chorusStream>> waiters;
   for (Comm* c : order) {
     CallRef ref(static_cast<chorusComm_t>(c), "comm");
-    waiters.push_back(start(*c, std::move(byComm[c].first), byComm[c].second));
+    waiters.push_back(start(*c, byComm[c].first, byComm[c].second));
   }
   chorusResult_t first = chorusSuccess;
   std::string firstMsg;

@@ -1,6 +1,8 @@
 // chorusGroupStart/End: per-thread recording of calls, issued together at the outermost GroupEnd.
 #pragma once
 
+#include <span>
+
 #include "algorithms/collective.h"
 #include "chorus/chorus.h"
 
@@ -14,6 +16,6 @@ bool groupRecord(Comm* comm, const algo::CollArgs& args, chorusStream_t stream);
 void groupEnd();
 
 // Issues calls on one communicator as one operation (in issue order, Note [Issue order]).
-void issue(Comm& comm, std::vector<algo::CollArgs> calls, const std::vector<chorusStream_t>& streams);
+void issue(Comm& comm, std::span<const algo::CollArgs> calls, std::span<const chorusStream_t> streams);
 
 }  // namespace chorus

@@ -4,8 +4,11 @@
 # foreign load), RUNS times each, then a table of the best run per size (scripts/peer_table.py).
 #
 # usage: scripts/bench_vs_peers.sh [OUTDIR]
-# env:   NRANKS="2 4"  MAXBYTES=256M  RUNS=2  PEERS=<regex over peer names>  CHORUS_NAME=chorus-tcp
-#        CHORUS_ENV="VAR=value ..." (extra environment for the Chorus runs)
+# env:   NRANKS="2 4"  MAXBYTES=256M  RUNS=2  PEERS=<regex over peer names>
+#        CHORUS_ENV="VAR=value ..." (extra environment for the Chorus runs; CHORUS_SHM_DISABLE=1 for TCP)
+#        CHORUS_NAME (default chorus-shm, or chorus-tcp when CHORUS_ENV disables shm)
+# e.g.   shm against the peers' shared-memory paths: PEERS='openmpi-vader|mpich-default' scripts/bench_vs_peers.sh
+#        TCP against the TCP peers:  CHORUS_ENV=CHORUS_SHM_DISABLE=1 scripts/bench_vs_peers.sh
 # needs: the peers' packages (see ../shared/peers/README.md) and a built tree (build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +18,10 @@ NRANKS=${NRANKS:-"2 4"}
 MAXBYTES=${MAXBYTES:-256M}
 RUNS=${RUNS:-2}
 PEERS=${PEERS:-'gloo-ring$|gloo-ring_chunked|gloo-halving_doubling|openmpi-tcp|mpich-tcp|torch-gloo'}
-CHORUS_NAME=${CHORUS_NAME:-chorus-tcp}
+case " ${CHORUS_ENV:-} " in
+  *" CHORUS_SHM_DISABLE=1 "*) CHORUS_NAME=${CHORUS_NAME:-chorus-tcp} ;;
+  *) CHORUS_NAME=${CHORUS_NAME:-chorus-shm} ;;
+esac
 src=$top/../shared/peers
 mkdir -p "$out"
 rm -rf "$out/peers" && cp -r "$src" "$out/peers" && rm -rf "$out/peers/results"
