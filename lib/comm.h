@@ -87,6 +87,7 @@ class Comm {
   // Sends the recorded failure to every peer, once; only from the executing thread or once it is idle.
   void tellPeers();
   void chooseSpin();
+  void chooseChunk();
 
   Config config_;
   transport::Setup setup_;

@@ -18,7 +18,8 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_DEBUG_FILE", "string", "", "log to this file instead of stderr; %h = host, %p = pid"},
     {"CHORUS_ALGO", "enum", "AUTO", "collective algorithm: RING or AUTO (tree arrives later)"},
     {"CHORUS_NSOCKS", "int", "1", "TCP connections per peer; large messages are split across them (1..16)"},
-    {"CHORUS_CHUNK_BYTES", "bytes", "1M", "pipeline chunk of the ring and chain algorithms (4K..64M)"},
+    {"CHORUS_CHUNK_BYTES", "bytes", "", "pipeline chunk of the ring and chain algorithms (4K..64M); default 1M "
+     "when every peer is over shared memory, else 96K (measured, lib/comm.cc)"},
     {"CHORUS_SPIN_US", "int", "", "microseconds a waiting rank polls before it sleeps in epoll (0..100000); "
      "default 50, or 0 when this host runs more ranks than it has cores"},
     {"CHORUS_YIELD_US", "int", "200",
@@ -95,11 +96,13 @@ Config Config::fromEnv() {
   else if (algo == "AUTO") c.algo = Algo::Auto;
   else badValue("CHORUS_ALGO", envValue("CHORUS_ALGO"), "RING or AUTO");
   c.nsocks = static_cast<int>(intValue("CHORUS_NSOCKS", 1, 16));
-  uint64_t chunk = 0;
   std::string chunkText = envValue("CHORUS_CHUNK_BYTES");
-  if (!parseBytes(chunkText, &chunk) || chunk < 4096 || chunk > (64u << 20))
-    badValue("CHORUS_CHUNK_BYTES", chunkText, "a size in [4K, 64M] such as 512K");
-  c.chunkBytes = chunk;
+  if (!chunkText.empty()) {
+    uint64_t chunk = 0;
+    if (!parseBytes(chunkText, &chunk) || chunk < 4096 || chunk > (64u << 20))
+      badValue("CHORUS_CHUNK_BYTES", chunkText, "a size in [4K, 64M] such as 512K");
+    c.chunkBytes = chunk;
+  }
   c.yieldUs = static_cast<int>(intValue("CHORUS_YIELD_US", 0, 100000));
   if (!envValue("CHORUS_SPIN_US").empty()) c.spinUs = static_cast<int>(intValue("CHORUS_SPIN_US", 0, 100000));
   c.timeoutSec = static_cast<double>(intValue("CHORUS_TIMEOUT", 1, 1LL << 31));

@@ -25,7 +25,7 @@ enum class Algo { Auto, Ring };
 struct Config {
   Algo algo = Algo::Auto;
   int nsocks = 1;
-  size_t chunkBytes = 1024 * 1024;
+  size_t chunkBytes = 0;  // 0: chosen at init by transport (Comm::chooseChunk)
   int spinUs = -1;  // -1: chosen at init from ranks per host and cores (Comm::chooseSpin)
   int yieldUs = 200;
   double timeoutSec = 600;

@@ -5,6 +5,10 @@
 //  * Messages of up to kSmallBytes (24) travel inside the slot header's cache line: a one-line latency path.
 //  * Larger ones stream through the FIFO's 8 KiB slots: the sender copies in, the receiver copies out, both
 //    through cache-resident slots (64 per direction), so the pair works in parallel and nothing spills to DRAM.
+//    A receive that reduces (irecvReduce) reduces straight out of the slots into its destination, so staging
+//    costs no extra pass: per byte of allreduce a rank copies once and reduces (or copies) once, and DRAM sees
+//    each input read once and each output written once (plus write-allocate), the 3nS bound of
+//    ../shared/peers/results/SUMMARY.md.
 //  * Optionally (CHORUS_SHM_DIRECT_BYTES), from a size up the sender only publishes where its buffer is and the
 //    receiver copies it straight into the destination: process_vm_readv(2) between processes (probed at
 //    connect time; off when not permitted), memcpy between threads of one process; the sender's request
