@@ -5,7 +5,9 @@
 // segments); at halving step `mask` an active rank keeps the half of its current block range on its side of bit
 // `mask` and sends the other half to active ^ mask. Every block is reduced by exactly one rank and then only
 // copied, so all ranks end with bitwise identical values.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "algorithms/collective.h"
 #include "algorithms/fold.h"
@@ -13,6 +15,42 @@
 #include "lib/kernels/reduce.h"
 
 namespace chorus::algo {
+
+namespace {
+
+// Sends `give` and receives `keepBytes` from peer, both cut into pieces of `piece` bytes (both sides cut the
+// same way: the peer's give is our keep). staging != nullptr: the received bytes are reduced into `keep`,
+// in place where the transport can (the kept range is never sent at this step), else through staging.
+void exchange(Comm& comm, const OpTag& tag, const CollArgs& a, int peer, size_t piece, const uint8_t* give,
+              size_t giveBytes, uint8_t* keep, size_t keepBytes, uint8_t* staging) {
+  const size_t es = kernels::dataTypeSize(a.dtype);
+  const size_t nRecv = std::max<size_t>(1, (keepBytes + piece - 1) / piece);
+  const size_t nSend = std::max<size_t>(1, (giveBytes + piece - 1) / piece);
+  std::vector<Request> recvs(nRecv), sends(nSend);
+  std::vector<bool> fused(nRecv, false);
+  for (size_t i = 0; i < nRecv; ++i) {
+    const size_t at = i * piece, len = std::min(piece, keepBytes - std::min(keepBytes, at));
+    if (staging == nullptr) {
+      comm.irecv(peer, keep + at, len, tag, &recvs[i]);
+    } else {
+      fused[i] = comm.irecvReduce(peer, keep + at, keep + at, len, a.dtype, a.op, tag, &recvs[i]);
+      if (!fused[i]) comm.irecv(peer, staging + at, len, tag, &recvs[i]);
+    }
+  }
+  for (size_t i = 0; i < nSend; ++i) {
+    const size_t at = i * piece, len = std::min(piece, giveBytes - std::min(giveBytes, at));
+    comm.isend(peer, give + at, len, tag, &sends[i]);
+  }
+  for (size_t i = 0; i < nRecv; ++i) {
+    comm.wait(recvs[i], tag);
+    const size_t at = i * piece, len = std::min(piece, keepBytes - std::min(keepBytes, at));
+    if (staging != nullptr && !fused[i]) kernels::reduce(keep + at, keep + at, staging + at, len / es, a.dtype, a.op);
+  }
+  comm.waitUntil([&] { return std::all_of(sends.begin(), sends.end(), [](const Request& q) { return q.done; }); },
+                 tag);
+}
+
+}  // namespace
 
 void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   const int n = comm.nranks(), r = comm.rank();
@@ -26,21 +64,17 @@ void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   uint8_t* tmp = comm.scratch(bytes, 2);
   if (!fold.foldIn(comm, tag, a, out, tmp)) return;
 
+  // Each exchange travels in pieces of the pipeline chunk: over TCP, messages of 128K and up are much slower
+  // (lib/comm.cc), and a received piece is reduced while the next one arrives.
+  const size_t piece = std::max<size_t>(es, comm.config().chunkBytes / es * es);
   int lo = 0, hi = p;  // blocks this rank is still responsible for
   for (int mask = p / 2; mask >= 1; mask /= 2) {
     const int peer = fold.realRank(active ^ mask), mid = (lo + hi) / 2;
     const bool upper = (active & mask) != 0;
     const int keepLo = upper ? mid : lo, keepHi = upper ? hi : mid;
     const int giveLo = upper ? lo : mid, giveHi = upper ? mid : hi;
-    Request s, v;
-    uint8_t* keep = out + off(keepLo);
-    const size_t keepBytes = off(keepHi) - off(keepLo);
-    // The kept half is never sent at this step, so it can be reduced into while it arrives.
-    const bool fused = comm.irecvReduce(peer, keep, keep, keepBytes, a.dtype, a.op, tag, &v);
-    if (!fused) comm.irecv(peer, tmp + off(keepLo), keepBytes, tag, &v);
-    comm.isend(peer, out + off(giveLo), off(giveHi) - off(giveLo), tag, &s);
-    comm.waitUntil([&] { return s.done && v.done; }, tag);
-    if (!fused) kernels::reduce(keep, keep, tmp + off(keepLo), keepBytes / es, a.dtype, a.op);
+    exchange(comm, tag, a, peer, piece, out + off(giveLo), off(giveHi) - off(giveLo), out + off(keepLo),
+             off(keepHi) - off(keepLo), tmp + off(keepLo));
     lo = keepLo;
     hi = keepHi;
   }
@@ -49,10 +83,8 @@ void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
     const int peer = fold.realRank(active ^ mask), size = hi - lo;
     const bool upper = (active & mask) != 0;
     const int theirLo = upper ? lo - size : hi, theirHi = theirLo + size;
-    Request s, v;
-    comm.irecv(peer, out + off(theirLo), off(theirHi) - off(theirLo), tag, &v);
-    comm.isend(peer, out + off(lo), off(hi) - off(lo), tag, &s);
-    comm.waitUntil([&] { return s.done && v.done; }, tag);
+    exchange(comm, tag, a, peer, piece, out + off(lo), off(hi) - off(lo), out + off(theirLo),
+             off(theirHi) - off(theirLo), nullptr);
     lo = upper ? theirLo : lo;
     hi = upper ? hi : theirHi;
   }
