@@ -36,6 +36,19 @@ struct OpTag {
 };
 std::string describe(const OpTag& tag);  // "AllReduce #5 (count 10, float32, sum)"
 
+// The OpTag a transport's message header repeats (any header with these six fields).
+template <typename Header>
+OpTag tagOf(const Header& h) {
+  OpTag t;
+  t.seq = h.seq;
+  t.count = h.count;
+  t.root = h.root;
+  t.kind = static_cast<OpKind>(h.kind);
+  t.dtype = h.dtype;
+  t.redop = h.redop;
+  return t;
+}
+
 struct PeerInfo {
   int rank = -1;
   int pid = 0;
@@ -61,6 +74,20 @@ struct Setup {
   std::string socketIfname;
   std::vector<PeerInfo> peers;  // indexed by rank, filled once the bootstrap exchange is done
 };
+
+// The checks every transport's connection handshake shares: "" if a Hello (any struct with magic, version,
+// secret, commId, fromRank, toRank) may come from a lower rank of this communicator, else why to drop it.
+template <typename Hello>
+std::string helloProblem(const Hello& h, uint32_t magic, uint32_t version, const Setup& setup) {
+  if (h.magic != magic) return "bad magic (not a Chorus peer)";
+  if (h.version != version) return "wire version " + std::to_string(h.version) + " (this rank speaks " +
+                                   std::to_string(version) + ")";
+  if (h.secret != setup.secret) return "wrong secret";
+  if (h.commId != setup.commId) return "it belongs to another communicator";
+  if (h.toRank != setup.rank || h.fromRank < 0 || h.fromRank >= setup.rank)
+    return "unexpected ranks " + std::to_string(h.fromRank) + " -> " + std::to_string(h.toRank);
+  return "";
+}
 
 class Transport {
  public:

@@ -49,17 +49,6 @@ struct Address {
 };
 static_assert(sizeof(Address) <= kMaxAddressBytes);
 
-OpTag tagOf(const SlotHeader& h) {
-  OpTag t;
-  t.seq = h.seq;
-  t.count = h.count;
-  t.root = h.root;
-  t.kind = static_cast<OpKind>(h.kind);
-  t.dtype = h.dtype;
-  t.redop = h.redop;
-  return t;
-}
-
 void complete(Request* req) {
   req->pendingParts = 0;
   req->done = true;
@@ -553,12 +542,7 @@ class ShmTransport final : public Transport {
     p.got += static_cast<size_t>(r);
     if (p.got < sizeof(Hello)) return "wait";
     const Hello& h = p.hello;
-    if (h.magic != kHelloMagic) return "bad magic (not a Chorus peer)";
-    if (h.version != kWireVersion) return fmt::format("wire version {} (this rank speaks {})", h.version, kWireVersion);
-    if (h.secret != setup_.secret) return "wrong secret";
-    if (h.commId != setup_.commId) return "it belongs to another communicator";
-    if (h.toRank != setup_.rank || h.fromRank < 0 || h.fromRank >= setup_.rank)
-      return fmt::format("unexpected ranks {} -> {}", h.fromRank, h.toRank);
+    if (std::string problem = helloProblem(h, kHelloMagic, kWireVersion, setup_); !problem.empty()) return problem;
     if (arrived_.count(h.fromRank) || peers_.count(h.fromRank)) return fmt::format("duplicate connection from rank {}", h.fromRank);
     if (!p.segment) return "it did not pass its shared-memory segment";
     return "";

@@ -13,19 +13,6 @@
 
 namespace chorus::transport::tcp {
 
-namespace {
-OpTag tagOf(const WireHeader& h) {
-  OpTag t;
-  t.seq = h.seq;
-  t.count = h.count;
-  t.root = h.root;
-  t.kind = static_cast<OpKind>(h.kind);
-  t.dtype = h.dtype;
-  t.redop = h.redop;
-  return t;
-}
-}  // namespace
-
 void completePart(Request* req) {
   if (--req->pendingParts == 0) req->done = true;
 }

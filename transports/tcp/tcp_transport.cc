@@ -264,12 +264,7 @@ class TcpTransport final : public Transport {
     p.got += static_cast<size_t>(r);
     if (p.got < sizeof(Hello)) return "wait";
     const Hello& h = p.hello;
-    if (h.magic != kHelloMagic) return "bad magic (not a Chorus peer)";
-    if (h.version != kWireVersion) return fmt::format("wire version {} (this rank speaks {})", h.version, kWireVersion);
-    if (h.secret != setup_.secret) return "wrong secret";
-    if (h.commId != setup_.commId) return "it belongs to another communicator";
-    if (h.toRank != setup_.rank || h.fromRank < 0 || h.fromRank >= setup_.nranks || h.fromRank >= setup_.rank)
-      return fmt::format("unexpected ranks {} -> {}", h.fromRank, h.toRank);
+    if (std::string problem = helloProblem(h, kHelloMagic, kWireVersion, setup_); !problem.empty()) return problem;
     if (h.nsocks != setup_.nsocks)
       fail(chorusInvalidUsage, "{} uses CHORUS_NSOCKS={} but {} uses {}; set the same value on every rank",
            setup_.peers[h.fromRank].name(), h.nsocks, self().name(), setup_.nsocks);
