@@ -25,6 +25,8 @@ struct CollArgs {
 void ringAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a);
 void ringReduceScatter(Comm& comm, const OpTag& tag, const CollArgs& a);
 void ringAllGather(Comm& comm, const OpTag& tag, const CollArgs& a);
+// algorithms/tree.cc: double binary tree (Note [Double binary tree] there).
+void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a);
 // algorithms/recursive_doubling.cc: latency-optimal allreduce for small messages.
 void recursiveDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a);
 // algorithms/halving_doubling.cc: Rabenseifner's allreduce for mid-sized messages.

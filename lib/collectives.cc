@@ -32,30 +32,26 @@ TaggedCall tagCall(Comm& comm, const algo::CollArgs& a) {
 
 namespace {
 
-// AUTO picks the allreduce by size and rank count; CHORUS_ALGO=RING forces the ring. Measured over TCP loopback
-// with all_reduce_perf -z 1 (README.md, "Algorithm selection"):
-//  * up to 256 KiB recursive doubling's log2(n) exchanges beat the ring's 2(n-1) steps although each exchange
-//    carries the whole buffer: 67/225/323/1078 us against 74/385/612/1809 us at 256 KiB for 2/3/4/8 ranks;
-//  * from there to 2 MiB, with 4 or more ranks, halving-doubling moves the ring's bytes in 2*log2(p) steps:
-//    1.1 ms against 2.0 ms at 1 MiB for 4 ranks, 2.2 against 6.1 ms for 8; at 2 ranks the two tie, at 4 MiB and
-//    above the pipelined ring wins.
-// When every peer is over shared memory, up to 4 KiB the direct exchange (every rank sends to every rank, one
-// round) wins because each operation needs every rank scheduled only once: 4 ranks on 2 cores 14.1-14.7 against
-// 17.6-17.8 us at 8 B, 15.5 against 18.5 at 4 KiB; 8 ranks 46-70 against 75-98 us at 8 B; at 32 KiB it loses
-// (29 against 22 us). Over TCP it loses at every size (4 ranks, 8 B: 150 against 78 us): n-1 sends cost
-// n-1 system calls.
-enum class AllReduceAlgo { Direct, RecursiveDoubling, HalvingDoubling, Ring };
-constexpr size_t kDirectMaxBytes = 4 * 1024;
-constexpr size_t kRecursiveDoublingMaxBytes = 256 * 1024;
-constexpr size_t kHalvingDoublingMaxBytes = 2 * 1024 * 1024;
-
-AllReduceAlgo chooseAllReduce(const Comm& comm, const algo::CollArgs& a) {
-  if (comm.config().algo == Algo::Ring) return AllReduceAlgo::Ring;
-  size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
-  if (bytes <= kDirectMaxBytes && comm.nranks() > 2 && comm.allPeersOverShm()) return AllReduceAlgo::Direct;
-  if (bytes <= kRecursiveDoublingMaxBytes) return AllReduceAlgo::RecursiveDoubling;
-  if (comm.nranks() >= 4 && bytes <= kHalvingDoublingMaxBytes) return AllReduceAlgo::HalvingDoubling;
-  return AllReduceAlgo::Ring;
+// AUTO (or CHORUS_ALGO's allowed set) picks the allreduce by the communicator's cost model (Note [Cost model],
+// algorithms/cost_model.h). A change of choice from one call to the next is logged with the prediction.
+void allReduce(Comm& comm, const TaggedCall& c) {
+  const algo::CollArgs& a = c.args;
+  double us = 0;
+  algo::AllReduceAlgo choice = comm.costModel().chooseAllReduce(comm.config().algo.allReduce,
+                                                                a.count * kernels::dataTypeSize(a.dtype), &us);
+  if (static_cast<int>(choice) != comm.lastAllReduceChoice) {
+    CHORUS_INFO(kColl, "{}: AllReduce of {} bytes: {} (predicted {:.1f} us)", comm.name(),
+                a.count * kernels::dataTypeSize(a.dtype), algo::algoName(choice), us);
+    comm.lastAllReduceChoice = static_cast<int>(choice);
+  }
+  switch (choice) {
+    case algo::AllReduceAlgo::Direct: return algo::directAllReduce(comm, c.tag, a);
+    case algo::AllReduceAlgo::RecursiveDoubling: return algo::recursiveDoublingAllReduce(comm, c.tag, a);
+    case algo::AllReduceAlgo::HalvingDoubling: return algo::halvingDoublingAllReduce(comm, c.tag, a);
+    case algo::AllReduceAlgo::Tree: return algo::treeAllReduce(comm, c.tag, a);
+    case algo::AllReduceAlgo::Ring: break;
+  }
+  algo::ringAllReduce(comm, c.tag, a);
 }
 
 void runOne(Comm& comm, const TaggedCall& c) {
@@ -63,14 +59,7 @@ void runOne(Comm& comm, const TaggedCall& c) {
   CHORUS_DEBUG(kColl, "{} {} sendbuff {} recvbuff {}", comm.name(), transport::describe(c.tag), a.sendbuff,
                a.recvbuff);
   switch (a.kind) {
-    case OpKind::AllReduce:
-      switch (chooseAllReduce(comm, a)) {
-        case AllReduceAlgo::Direct: return algo::directAllReduce(comm, c.tag, a);
-        case AllReduceAlgo::RecursiveDoubling: return algo::recursiveDoublingAllReduce(comm, c.tag, a);
-        case AllReduceAlgo::HalvingDoubling: return algo::halvingDoublingAllReduce(comm, c.tag, a);
-        case AllReduceAlgo::Ring: break;
-      }
-      return algo::ringAllReduce(comm, c.tag, a);
+    case OpKind::AllReduce: return allReduce(comm, c);
     case OpKind::ReduceScatter: return algo::ringReduceScatter(comm, c.tag, a);
     case OpKind::AllGather: return algo::ringAllGather(comm, c.tag, a);
     case OpKind::Broadcast: return algo::chainBroadcast(comm, c.tag, a);

@@ -8,13 +8,19 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "algorithms/tree_shape.h"
 #include "lib/bootstrap.h"
 #include "lib/error.h"
 #include "lib/log.h"
+#include "lib/tuning.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace chorus {
+
+namespace {
+constexpr size_t kShmIndex = 1;  // position of shm in transports_ and in every rank's addresses
+}  // namespace
 
 Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config) : config_(config) {
   log::LogRankScope scope(rank);
@@ -31,7 +37,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   abortFd_ = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!abortFd_) failErrno("eventfd");
   transports_.push_back(transport::tcp::create(setup_));
-  transports_.push_back(transport::shm::create(setup_));
+  transports_.push_back(transport::shm::create(setup_));  // at kShmIndex
 
   RankInfo mine;
   mine.rank = rank;
@@ -46,7 +52,12 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
                                                                                    : t->address());
   BootstrapResult boot = exchangeWithRoot(root, mine, deadline);
   setup_.commId = boot.commId;
-  for (const RankInfo& r : boot.ranks) setup_.peers.push_back({r.rank, r.pid, r.host, r.hostId});
+  std::vector<std::string> hostIds;
+  for (const RankInfo& r : boot.ranks) {
+    setup_.peers.push_back({r.rank, r.pid, r.host, r.hostId});
+    hostIds.push_back(r.hostId);
+  }
+  hostOf_ = algo::hostIndices(hostIds);
 
   chooseSpin();
   sendSeq_.assign(nranks, 0);
@@ -54,11 +65,14 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   route_.assign(nranks, nullptr);
   connectPeers(boot.ranks, deadline);
   chooseChunk();
+  model_ = buildCostModel(*this, oversubscribed_);
   executor_ = std::make_unique<Executor>(*this);
   CHORUS_INFO(kInit, "communicator ready: rank {} of {} on {}, commId {:016x}", rank, nranks, host, setup_.commId);
+  std::string choices;
+  for (const auto& c : model_.crossovers(config_.algo.allReduce))
+    choices += fmt::format("{}{} from {} B", choices.empty() ? "" : ", ", algo::algoName(c.algo), c.fromBytes);
   CHORUS_INFO(kColl, "algorithms: AllReduce {}; ReduceScatter/AllGather ring; Broadcast/Reduce pipelined chain; "
-              "AllToAll/Send/Recv direct; Barrier dissemination",
-              config_.algo == Algo::Ring ? "ring (CHORUS_ALGO=RING)" : "recursive doubling up to 256 KiB, halving-doubling up to 2 MiB (4+ ranks), ring above");
+              "AllToAll/Send/Recv direct; Barrier dissemination", choices);
 }
 
 Comm::~Comm() = default;
@@ -69,12 +83,13 @@ Comm::~Comm() = default;
 // allreduce: 124-131 us spinning 50 us, 98 us sleeping at once, 44-47 us yielding for 200 us; 8 ranks: 459 us
 // sleeping at once, 172 us yielding.
 void Comm::chooseSpin() {
-  if (config_.spinUs >= 0) return;
   int local = 0;
   for (const auto& p : setup_.peers) local += p.hostId == setup_.peers[rank()].hostId ? 1 : 0;
   cpu_set_t set;
   int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  config_.spinUs = local > cores ? 0 : 50;
+  oversubscribed_ = local > cores;
+  if (config_.spinUs >= 0) return;
+  config_.spinUs = oversubscribed_ ? 0 : 50;
   CHORUS_INFO(kInit, "{} ranks on this host, {} cores: waiting ranks spin {} us before sleeping", local, cores,
               config_.spinUs);
 }
@@ -112,6 +127,13 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
   allShm_ = true;
   for (int p = 0; p < nranks(); ++p)
     if (p != rank()) allShm_ = allShm_ && std::string(route_[p]->name()) == "shm";
+  // Same host pairs use shm unless one of the two published no shm address (CHORUS_SHM_DISABLE).
+  std::vector<int> perHost(static_cast<size_t>(nranks()), 0);
+  for (int h : hostOf_) ++perHost[static_cast<size_t>(h)];
+  localShm_ = true;
+  for (int x = 0; x < nranks(); ++x)
+    if (perHost[static_cast<size_t>(hostOf_[x])] > 1)
+      localShm_ = localShm_ && kShmIndex < ranks[x].addresses.size() && !ranks[x].addresses[kShmIndex].empty();
   for (int p = rank() + 1; p < nranks(); ++p) route_[p]->connect(p, ranks[p].addresses[via[p]], deadline);
   for (int p = 0; p < rank(); ++p) route_[p]->accept(p, deadline);
 }

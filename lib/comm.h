@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/cost_model.h"
 #include "chorus/chorus.h"
 #include "lib/bootstrap.h"
 #include "lib/env.h"
@@ -38,6 +39,12 @@ class Comm {
   const transport::PeerInfo& peer(int r) const { return setup_.peers[r]; }
   // True when every peer is reached through shared memory (then extra messages cost no system calls).
   bool allPeersOverShm() const { return allShm_; }
+  // Host index of every rank (equal host identity, numbered by first rank), for topology-aware algorithms.
+  const std::vector<int>& hostOf() const { return hostOf_; }
+  // True when every pair of ranks sharing a host talks over shared memory (the same answer on every rank).
+  bool localPairsOverShm() const { return localShm_; }
+  // AUTO's predictions (algorithms/cost_model.h), built at creation (lib/tuning.h).
+  const algo::CostModel& costModel() const { return model_; }
   std::string name() const { return peer(rank()).name(); }
   Executor& executor() { return *executor_; }
 
@@ -61,6 +68,9 @@ class Comm {
   uint64_t nextCollSeq() { return collSeq_++; }
   uint64_t nextSendSeq(int peer) { return sendSeq_[peer]++; }
   uint64_t nextRecvSeq(int peer) { return recvSeq_[peer]++; }
+
+  // The previous AllReduce's algorithm (executing thread only), so that only changes are logged.
+  int lastAllReduceChoice = -1;
 
   // ---- failure state ----
   // Marks the communicator broken (first failure wins), tells the peers, and returns the error to rethrow.
@@ -95,6 +105,10 @@ class Comm {
   std::vector<transport::Transport*> inUse_;  // those that serve at least one peer
   std::vector<transport::Transport*> route_;  // per peer
   bool allShm_ = false;
+  std::vector<int> hostOf_;
+  bool localShm_ = false;
+  bool oversubscribed_ = false;  // this host runs more ranks than this process has cores
+  algo::CostModel model_;
   std::unique_ptr<Executor> executor_;
   Fd abortFd_;  // eventfd: wakes a sleeping waiter on abort
   std::atomic<bool> aborted_{false};

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "lib/error.h"
 
@@ -16,7 +17,9 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_DEBUG_SUBSYS", "string", "ALL",
      "comma list of INIT,BOOTSTRAP,NET,COLL,ENV,P2P,ALL; a leading ^ logs all but those"},
     {"CHORUS_DEBUG_FILE", "string", "", "log to this file instead of stderr; %h = host, %p = pid"},
-    {"CHORUS_ALGO", "enum", "AUTO", "collective algorithm: RING or AUTO (tree arrives later)"},
+    {"CHORUS_ALGO", "string", "AUTO",
+     "algorithms allowed: RING, TREE, AUTO (cost model), a comma list, ^ excludes, or per collective as "
+     "allreduce:tree;broadcast:ring (NCCL_ALGO's grammar)"},
     {"CHORUS_NSOCKS", "int", "1", "TCP connections per peer; large messages are split across them (1..16)"},
     {"CHORUS_CHUNK_BYTES", "bytes", "", "pipeline chunk of the ring and chain algorithms (4K..64M); default 1M "
      "when every peer is over shared memory, else 96K (measured, lib/comm.cc)"},
@@ -89,12 +92,81 @@ bool parseBytes(const std::string& text, uint64_t* out) {
   return true;
 }
 
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i)
+    if (i == s.size() || s[i] == sep) {
+      parts.push_back(trim(s.substr(start, i - start)));
+      start = i + 1;
+    }
+  return parts;
+}
+
+// "ring,tree", "^tree" or "auto" -> bits.
+unsigned algoBits(const std::string& text, const std::string& whole) {
+  std::string list = text;
+  bool exclude = !list.empty() && list[0] == '^';
+  if (exclude) list = list.substr(1);
+  unsigned bits = 0;
+  for (const std::string& name : split(list, ',')) {
+    std::string u = upper(name);
+    if (u == "RING") bits |= kAlgoRing;
+    else if (u == "TREE") bits |= kAlgoTree;
+    else if (u == "AUTO" && !exclude) bits |= kAlgoAll;
+    else
+      fail(chorusInvalidArgument, "environment variable CHORUS_ALGO='{}' is invalid: unknown algorithm '{}' "
+           "(expected RING, TREE or AUTO, a comma list of them, ^ to exclude, or collective:algorithm;...)",
+           whole, name);
+  }
+  return exclude ? kAlgoAll & ~bits : bits;
+}
+
+}  // namespace
+
+AlgoChoice parseAlgo(const std::string& text) {
+  struct Coll { const char* name; unsigned AlgoChoice::*field; unsigned has; };
+  // What each collective has: only AllReduce has a tree (and the AUTO-only algorithms).
+  const Coll colls[] = {{"ALLREDUCE", &AlgoChoice::allReduce, kAlgoAll},
+                        {"BROADCAST", &AlgoChoice::broadcast, kAlgoRing},
+                        {"REDUCE", &AlgoChoice::reduce, kAlgoRing},
+                        {"ALLGATHER", &AlgoChoice::allGather, kAlgoRing},
+                        {"REDUCESCATTER", &AlgoChoice::reduceScatter, kAlgoRing}};
+  AlgoChoice choice;
+  for (const std::string& entry : split(text, ';')) {
+    if (entry.empty()) continue;
+    size_t colon = entry.find(':');
+    if (colon == std::string::npos) {  // every collective; those without the algorithm keep theirs
+      unsigned bits = algoBits(entry, text);
+      for (const Coll& c : colls) choice.*c.field = (bits & c.has) != 0 ? bits & c.has : c.has;
+      continue;
+    }
+    std::string name = upper(trim(entry.substr(0, colon)));
+    const Coll* coll = nullptr;
+    for (const Coll& c : colls)
+      if (name == c.name) coll = &c;
+    if (coll == nullptr)
+      fail(chorusInvalidArgument, "environment variable CHORUS_ALGO='{}' is invalid: unknown collective '{}' "
+           "(expected allreduce, broadcast, reduce, allgather or reducescatter)", text, trim(entry.substr(0, colon)));
+    unsigned bits = algoBits(trim(entry.substr(colon + 1)), text);
+    if ((bits & coll->has) == 0)
+      fail(chorusInvalidArgument, "environment variable CHORUS_ALGO='{}' is invalid: {} has no {} algorithm "
+           "(it has ring only)", text, trim(entry.substr(0, colon)), trim(entry.substr(colon + 1)));
+    choice.*coll->field = bits & coll->has;
+  }
+  return choice;
+}
+
 Config Config::fromEnv() {
   Config c;
-  std::string algo = upper(envValue("CHORUS_ALGO"));
-  if (algo == "RING") c.algo = Algo::Ring;
-  else if (algo == "AUTO") c.algo = Algo::Auto;
-  else badValue("CHORUS_ALGO", envValue("CHORUS_ALGO"), "RING or AUTO");
+  c.algo = parseAlgo(envValue("CHORUS_ALGO"));
   c.nsocks = static_cast<int>(intValue("CHORUS_NSOCKS", 1, 16));
   std::string chunkText = envValue("CHORUS_CHUNK_BYTES");
   if (!chunkText.empty()) {

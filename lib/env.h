@@ -20,10 +20,21 @@ std::span<const EnvSpec> envTable();
 // The value in the environment, or the table's default when unset/empty.
 std::string envValue(const char* name);
 
-enum class Algo { Auto, Ring };
+// Algorithms a collective may use, as bits; CHORUS_ALGO restricts them per collective and AUTO's cost model
+// (algorithms/cost_model.h) picks among what is left. kAlgoOther: the small/mid-size allreduce algorithms
+// (direct exchange, recursive and halving doubling), which only AUTO uses.
+enum AlgoBits : unsigned { kAlgoRing = 1, kAlgoTree = 2, kAlgoOther = 4, kAlgoAll = 7 };
+struct AlgoChoice {
+  unsigned allReduce = kAlgoAll, broadcast = kAlgoAll, reduce = kAlgoAll, allGather = kAlgoAll,
+           reduceScatter = kAlgoAll;
+};
+// Parses CHORUS_ALGO: "RING", "TREE", "AUTO", a comma list ("TREE,RING"), "^TREE" (all but), or per collective
+// "allreduce:tree;broadcast:ring" (NCCL_ALGO's grammar), case-insensitive. Throws chorusInvalidArgument naming
+// the unknown token, or a collective asked explicitly for an algorithm it does not have.
+AlgoChoice parseAlgo(const std::string& text);
 
 struct Config {
-  Algo algo = Algo::Auto;
+  AlgoChoice algo;
   int nsocks = 1;
   size_t chunkBytes = 0;  // 0: chosen at init by transport (Comm::chooseChunk)
   int spinUs = -1;  // -1: chosen at init from ranks per host and cores (Comm::chooseSpin)

@@ -1,16 +1,51 @@
 // chorus_info: prints the library version, the reduction ISA in use, the network interface a communicator
 // would pick, and every environment variable Chorus reads with its current value (chorusrun --info runs it).
+// chorus_info --comm, run as every rank of a communicator (e.g. chorusrun -n 8 chorus_info --comm), creates the
+// communicator from the environment and rank 0 prints its cost model: the measured link costs, the AllReduce
+// algorithm AUTO (or CHORUS_ALGO's allowed set) picks from each crossover size up, and the predicted time of
+// every algorithm at powers of 4 from 8 B to 1 GiB.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "chorus/chorus.h"
+#include "lib/comm.h"
 #include "lib/env.h"
 #include "lib/error.h"
 #include "lib/kernels/reduce.h"
 #include "lib/socket.h"
 
-int main() {
+namespace {
+
+int printCostModel() {
+  chorusComm_t comm = nullptr;
+  if (chorusCommInitFromEnv(&comm) != chorusSuccess) {
+    std::fprintf(stderr, "chorus_info --comm: %s\n", chorusGetLastError(nullptr));
+    return 1;
+  }
+  const chorus::Comm& c = *comm;
+  if (c.rank() == 0) {
+    const chorus::algo::CostModel& m = c.costModel();
+    std::printf("cost model: %s\n", m.describe().c_str());
+    std::printf("AllReduce choices (CHORUS_ALGO=%s):\n", chorus::envValue("CHORUS_ALGO").c_str());
+    for (const auto& x : m.crossovers(c.config().algo.allReduce))
+      std::printf("  from %12zu B: %-18s (predicted %.1f us)\n", x.fromBytes, chorus::algo::algoName(x.algo), x.us);
+    std::printf("\npredicted us %12s", "bytes");
+    for (auto a : chorus::algo::kAllReduceAlgos) std::printf(" %19s", chorus::algo::algoName(a));
+    std::printf("\n");
+    for (size_t b = 8; b <= (size_t{1} << 30); b *= 4) {
+      std::printf("%25zu", b);
+      for (auto a : chorus::algo::kAllReduceAlgos) std::printf(" %19.1f", m.allReduceUs(a, b));
+      std::printf("\n");
+    }
+  }
+  return chorusCommDestroy(comm) == chorusSuccess ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--comm") return printCostModel();
   int version = 0;
   chorusGetVersion(&version);
   std::printf("Chorus %d.%d.%d\n", version / 10000, version / 100 % 100, version % 100);

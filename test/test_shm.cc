@@ -13,36 +13,17 @@
 #include <vector>
 
 #include "test/ranks.h"
+#include "test/shell.h"
 #include "test/watchdog.h"
 
 using chorus::test::check;
 using chorus::test::runRanks;
+using chorus::test::runShell;
+using chorus::test::buildDir;
+using chorus::test::RunResult;
 using chorus::test::Watchdog;
 
 namespace {
-
-struct RunResult {
-  int status = -1;
-  std::string output;
-};
-
-// Runs a shell command line, capturing stdout and stderr.
-RunResult runShell(const std::string& cmd) {
-  RunResult r;
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.output.append(buf, n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-  return r;
-}
-
-std::string buildDir() {
-  const char* d = std::getenv("TEST_BUILD_DIR");
-  return d ? d : ".";
-}
 
 // Every data row of an nccl-tests-style table (lines starting with a size) with its #wrong columns; returns
 // the number of rows and adds every nonzero #wrong to *wrong.

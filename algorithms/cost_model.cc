@@ -1,0 +1,136 @@
+#include "algorithms/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "lib/env.h"
+#include "algorithms/tree_shape.h"
+#include "lib/log.h"
+
+namespace chorus::algo {
+
+const char* algoName(AllReduceAlgo a) {
+  switch (a) {
+    case AllReduceAlgo::Direct: return "direct";
+    case AllReduceAlgo::RecursiveDoubling: return "recursive doubling";
+    case AllReduceAlgo::HalvingDoubling: return "halving-doubling";
+    case AllReduceAlgo::Ring: return "ring";
+    case AllReduceAlgo::Tree: return "tree";
+  }
+  return "?";
+}
+
+unsigned algoBit(AllReduceAlgo a) {
+  switch (a) {
+    case AllReduceAlgo::Ring: return kAlgoRing;
+    case AllReduceAlgo::Tree: return kAlgoTree;
+    default: return kAlgoOther;
+  }
+}
+
+// Ranks of one host, measured with all_reduce_perf on this project's 2-core VMs (alpha: 8-byte latency per
+// step; beta: 2-rank ring busbw at 1-16 MiB). Oversubscribed (more ranks than cores): every step waits for the
+// peer to be scheduled (4 ranks, 8 B: ~10 us over shm, ~35 us per step over TCP).
+LinkCost CostModel::localTable(bool shm, bool oversubscribed) {
+  if (shm) return oversubscribed ? LinkCost{5.0, 6.0} : LinkCost{0.3, 12.0};
+  return oversubscribed ? LinkCost{35.0, 1.5} : LinkCost{10.0, 3.5};
+}
+
+namespace {
+
+int floorLog2(int n) {
+  int k = 0;
+  while ((2 << k) <= n) ++k;
+  return k;
+}
+
+}  // namespace
+
+double CostModel::allReduceUs(AllReduceAlgo a, size_t bytes) const {
+  const double S = static_cast<double>(bytes), n = nranks;
+  const LinkCost& link = hosts > 1 ? net : local;
+  const double bw = link.gbps * 1e3, red = reduceGBps * 1e3;  // bytes per microsecond
+  const int p = 1 << floorLog2(nranks);
+  const int fold = p == nranks ? 0 : 2;
+  if (nranks == 1) return S / (local.gbps * 1e3);
+  switch (a) {
+    case AllReduceAlgo::Ring:  // pipelined: the reduction of one chunk overlaps the transfer of the next
+      return 2 * (n - 1) * link.alphaUs + std::max(2 * (n - 1) / n * S / bw, (n - 1) / n * S / red);
+    case AllReduceAlgo::Tree: {
+      const double chunk = static_cast<double>(treeChunkBytes(bytes, chunkBytes));
+      const double latency = 2 * (hostTreeDepth * net.alphaUs + (maxPerHost - 1) * local.alphaUs);
+      const int steps = 2 * (hostTreeDepth + maxPerHost - 1);
+      return latency + std::max((2 * S + steps * chunk) / bw, S / red);
+    }
+    case AllReduceAlgo::RecursiveDoubling: {
+      const int steps = floorLog2(p) + fold;
+      return steps * (link.alphaUs + S / bw) + floorLog2(p) * S / red;
+    }
+    case AllReduceAlgo::HalvingDoubling: {
+      const double pd = p;
+      return (2 * floorLog2(p) + fold) * link.alphaUs + (2 * (pd - 1) / pd * S + fold * S) / bw +
+             ((pd - 1) / pd + (fold != 0 ? 1 : 0)) * S / red;
+    }
+    case AllReduceAlgo::Direct:
+      if (!directAllowed) return std::numeric_limits<double>::infinity();
+      return local.alphaUs + (n - 1) * S / (local.gbps * 1e3) + (n - 1) * S / red;
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+namespace {
+
+// On one host the alpha-beta form misses what decides there (caches, a reduction that competes with the copy
+// for the same core), so AUTO keeps sizes measured with all_reduce_perf on this project's 2-core machines:
+// the direct exchange wins up to 4 KiB (4 ranks on 2 cores over shm, 8 B: 14.1 against 17.6 us; at 32 KiB it
+// loses, 29 against 22 us); recursive doubling up to 256 KiB (TCP: 67/225/323/1078 against the ring's
+// 74/385/612/1809 us for 2/3/4/8 ranks; shm, 2 ranks, 16 KiB: 7.2 against 3.6 GB/s busbw, 64 KiB 8.6 against
+// 6.6); halving-doubling up to 2 MiB with 4+ ranks (TCP 1 MiB, 4 ranks: 1.1 against 2.0 ms; shm 512 KiB 3.2
+// against 2.3 GB/s busbw); the pipelined ring above (shm, 4 ranks, 4 MiB: 2.8 against 2.4 GB/s).
+AllReduceAlgo measuredOneHostChoice(const CostModel& m, size_t bytes) {
+  if (bytes <= 4096 && m.directAllowed) return AllReduceAlgo::Direct;
+  if (bytes <= 256 * 1024) return AllReduceAlgo::RecursiveDoubling;
+  if (m.nranks >= 4 && bytes <= 2 * 1024 * 1024) return AllReduceAlgo::HalvingDoubling;
+  return AllReduceAlgo::Ring;
+}
+
+}  // namespace
+
+AllReduceAlgo CostModel::chooseAllReduce(unsigned allowed, size_t bytes, double* us) const {
+  AllReduceAlgo best = AllReduceAlgo::Ring;
+  double bestUs = std::numeric_limits<double>::infinity();
+  if (hosts == 1 && (allowed & kAlgoOther) != 0 && (allowed & kAlgoRing) != 0) {
+    best = measuredOneHostChoice(*this, bytes);
+    bestUs = allReduceUs(best, bytes);
+  } else {
+    for (AllReduceAlgo a : kAllReduceAlgos) {
+      if ((algoBit(a) & allowed) == 0) continue;
+      double t = allReduceUs(a, bytes);
+      if (t < bestUs) best = a, bestUs = t;
+    }
+  }
+  if (us != nullptr) *us = bestUs;
+  return best;
+}
+
+std::vector<CostModel::Crossover> CostModel::crossovers(unsigned allowed) const {
+  std::vector<Crossover> out;
+  for (size_t b = 8; b <= (size_t{1} << 30); b *= 2) {
+    double us = 0;
+    AllReduceAlgo a = chooseAllReduce(allowed, b, &us);
+    if (out.empty() || out.back().algo != a) out.push_back({b, a, us});
+  }
+  return out;
+}
+
+std::string CostModel::describe() const {
+  std::string s = fmt::format("{} ranks on {} host(s), at most {} per host; local alpha {:.1f} us beta {:.1f} GB/s",
+                              nranks, hosts, maxPerHost, local.alphaUs, local.gbps);
+  if (hosts > 1)
+    s += fmt::format("; net alpha {:.1f} us beta {:.3f} GB/s; host tree depth {}", net.alphaUs, net.gbps,
+                     hostTreeDepth);
+  return s;
+}
+
+}  // namespace chorus::algo

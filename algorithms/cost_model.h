@@ -1,0 +1,69 @@
+// Note [Cost model]
+// AUTO picks an allreduce algorithm per call by predicted time in the alpha-beta(-gamma) form:
+//     time = alpha * latency steps + bytes on the busiest link / beta + bytes reduced by one rank / gamma
+// with (alpha, beta) per kind of link: `local` between ranks of one host (shm or TCP loopback, from the table
+// in cost_model.cc, measured on this project's 2-core machines) and `net` between hosts (measured when the
+// communicator is created: Comm::calibrate, lib/comm.cc). Steps and bytes per algorithm, n ranks, S bytes:
+//   ring   2(n-1) steps, 2(n-1)/n S on each link, (n-1)/n S reduced, overlapped with the transfer (pipelined)
+//   tree   2 * (depth of the host tree + ranks per host - 1) steps, 2S on an interior rank's link plus the
+//          pipeline's fill (a chunk per step), S reduced, overlapped (Note [Double binary tree], tree.cc)
+//   recursive doubling   log2(p) steps (+2 folding n onto a power of two p) of the whole buffer each
+//   halving-doubling     2 log2(p) steps (+2), 2(p-1)/p S (+2S folding), (p-1)/p S reduced
+//   direct (shm only, n > 2)   1 step, (n-1) S sent and reduced
+// A step that crosses hosts costs the net link; with more than one host every algorithm but the tree crosses
+// hosts at every step. On one host the model still predicts, but AUTO keeps the sizes measured there
+// (measuredOneHostChoice in cost_model.cc): the alpha-beta form cannot see the caches and the reduction
+// competing with the copy for one core, which decide between the algorithms on one machine (fitting it would
+// need a different alpha and beta per algorithm). chorus_info prints the crossovers for the current communicator.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace chorus::algo {
+
+enum class AllReduceAlgo { Direct, RecursiveDoubling, HalvingDoubling, Ring, Tree };
+// In order of preference when predictions tie.
+constexpr AllReduceAlgo kAllReduceAlgos[] = {AllReduceAlgo::Ring, AllReduceAlgo::Tree, AllReduceAlgo::HalvingDoubling,
+                                             AllReduceAlgo::RecursiveDoubling, AllReduceAlgo::Direct};
+const char* algoName(AllReduceAlgo a);  // "direct", "recursive doubling", ...
+
+struct LinkCost {
+  double alphaUs = 1;  // one message's latency, microseconds
+  double gbps = 1;     // bandwidth, GB/s (bytes per nanosecond)
+};
+
+struct CostModel {
+  int nranks = 1;
+  int hosts = 1;
+  int maxPerHost = 1;     // ranks on the most populated host
+  int hostTreeDepth = 0;  // edges on the deepest root-to-leaf path of the host-level double binary tree
+  bool directAllowed = false;  // every peer over shared memory and n > 2
+  LinkCost local;         // between ranks of one host
+  LinkCost net;           // between hosts (meaningful when hosts > 1)
+  double reduceGBps = 30;  // reduction kernel (cache-resident), bytes of output per ns
+  size_t chunkBytes = 96 * 1024;
+
+  // Table values for ranks of one host: over shared memory or TCP loopback, with ranks oversubscribing cores.
+  static LinkCost localTable(bool shm, bool oversubscribed);
+
+  // Predicted microseconds for an allreduce of `bytes`; infinity when the algorithm cannot run here.
+  double allReduceUs(AllReduceAlgo a, size_t bytes) const;
+  // The fastest algorithm among `allowed` (AlgoBits of lib/env.h) and its predicted time.
+  AllReduceAlgo chooseAllReduce(unsigned allowed, size_t bytes, double* us = nullptr) const;
+
+  struct Crossover {
+    size_t fromBytes;  // the choice from this size (a power of two) up to the next crossover
+    AllReduceAlgo algo;
+    double us;         // predicted time at fromBytes
+  };
+  // The choices over 8 B .. 1 GiB in powers of two, one entry per change.
+  std::vector<Crossover> crossovers(unsigned allowed) const;
+  std::string describe() const;  // "8 ranks on 8 hosts; local a=... b=...; net ..."
+};
+
+// bits of lib/env.h's AlgoBits that an algorithm needs
+unsigned algoBit(AllReduceAlgo a);
+
+}  // namespace chorus::algo

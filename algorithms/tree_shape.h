@@ -1,0 +1,57 @@
+// Tree shapes for the double binary tree (Note [Double binary tree] in algorithms/tree.cc): pure functions,
+// unit-tested in test/test_tree_shape.cc.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace chorus::algo {
+
+// A node of a binary tree over 0..n-1: parent -1 at the root, children -1 where absent.
+struct BinaryNode {
+  int parent = -1;
+  int child[2] = {-1, -1};
+};
+
+// The in-order ("bit pattern") binary tree: a rank whose lowest set bit is 2^k sits k levels above the leaves,
+// so odd ranks are the leaves; its children are r - 2^(k-1) and r + 2^(k-1) (the right one moved down a level
+// while it does not exist), its parent r + 2^k or r - 2^k, whichever has 2^(k+1) as its lowest bit (the other
+// one when that does not exist). Rank 0 is the root, with a single child: the largest power of two below n.
+BinaryNode inorderTree(int n, int r);
+
+// Tree t (0 or 1) of the double binary tree over n nodes. Tree 0 is inorderTree; tree 1 mirrors it
+// (r -> n-1-r) when n is even and shifts it by one (r -> r+1 mod n) when n is odd, so that the leaves of one
+// are the interior nodes of the other: every node is interior in at most one tree (n even), or all but one
+// (n odd).
+BinaryNode doubleTree(int n, int r, int t);
+
+// A rank's place in one tree of the rank-level topology.
+struct TreeLinks {
+  int parent = -1;            // -1 at the root
+  std::vector<int> children;  // in the order messages to/from them are posted
+  bool operator==(const TreeLinks&) const = default;
+};
+
+// The rank-level tree t over ranks grouped by host (hostOf[r] = host index of rank r, hosts numbered by the
+// first rank on them): the ranks of a host form a chain (ascending for tree 0, descending for tree 1, so the
+// two trees' chains run in opposite directions), and the first rank of each chain joins doubleTree(hosts, ., t)
+// with the other hosts' chain heads. With one rank per host it is the double binary tree itself.
+TreeLinks hostTree(const std::vector<int>& hostOf, int r, int t);
+
+// Edges on the longest root-to-leaf path of a tree given as links of every rank (for the cost model).
+int treeDepth(const std::vector<TreeLinks>& tree);
+
+// The tree's pipeline chunk for an allreduce of `bytes`: CHORUS_CHUNK_BYTES, but small enough that each half
+// is cut into at least 4 chunks (not below 4 KiB), so that even mid-sized messages pipeline along the tree's
+// depth instead of being stored and forwarded whole at every hop.
+inline size_t treeChunkBytes(size_t bytes, size_t chunkBytes) {
+  size_t quarterHalf = (bytes / 2 + 3) / 4;
+  size_t c = quarterHalf < 4096 ? 4096 : quarterHalf;
+  return c < chunkBytes ? c : chunkBytes;
+}
+
+// Host index of every rank from host identities, numbered in order of first appearance.
+std::vector<int> hostIndices(const std::vector<std::string>& hostIds);
+
+}  // namespace chorus::algo

@@ -1,0 +1,18 @@
+// Builds a communicator's cost model (Note [Cost model], algorithms/cost_model.h): topology from the host
+// identities, local link costs from the table, and the link between hosts measured once at creation.
+#pragma once
+
+#include "algorithms/cost_model.h"
+
+namespace chorus {
+
+class Comm;
+
+// Collective (every rank calls it once the peers are connected). When the communicator spans several hosts,
+// the first rank of each host exchanges 8-byte and 1 MiB messages with the next host's first rank in a ring
+// (after a warm-up round; medians of 5 and 3 rounds). Then all ranks agree with an allreduce on the worst
+// alpha and beta and on whether any host runs more ranks than cores, so that every rank predicts alike and
+// picks the same algorithm. `oversubscribedHere`: this host runs more ranks than this process has cores.
+algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere);
+
+}  // namespace chorus

@@ -1,0 +1,121 @@
+// Algorithm selection: CHORUS_ALGO's grammar (lib/env.h parseAlgo) and the cost model's predictions and
+// choices (algorithms/cost_model.h), both pure functions.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "algorithms/cost_model.h"
+#include "lib/env.h"
+#include "lib/error.h"
+
+using namespace chorus;
+using algo::AllReduceAlgo;
+using algo::CostModel;
+
+namespace {
+
+std::string refusal(const std::string& text) {
+  try {
+    parseAlgo(text);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), chorusInvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+// 8 hosts x 1 rank joined by 1 Gbit/s links with 0.5 ms delay (the netns cluster of scripts/netns-cluster).
+CostModel slowCluster(int hosts) {
+  CostModel m;
+  m.nranks = hosts;
+  m.hosts = hosts;
+  m.maxPerHost = 1;
+  m.hostTreeDepth = hosts <= 1 ? 0 : hosts <= 2 ? 1 : hosts <= 4 ? 2 : 3;
+  m.local = CostModel::localTable(true, false);
+  m.net = {550, 0.117};
+  return m;
+}
+
+}  // namespace
+
+TEST(AlgoGrammar, PlainNamesApplyToEveryCollectiveThatHasThem) {
+  AlgoChoice c = parseAlgo("TREE");
+  EXPECT_EQ(c.allReduce, unsigned{kAlgoTree});
+  EXPECT_EQ(c.broadcast, unsigned{kAlgoRing});  // no tree broadcast: keeps its ring/chain
+  EXPECT_EQ(c.allGather, unsigned{kAlgoRing});
+  EXPECT_EQ(parseAlgo("ring").allReduce, unsigned{kAlgoRing});
+  EXPECT_EQ(parseAlgo("Auto").allReduce, unsigned{kAlgoAll});
+  EXPECT_EQ(parseAlgo("").allReduce, unsigned{kAlgoAll});
+  EXPECT_EQ(parseAlgo("tree,ring").allReduce, unsigned{kAlgoTree | kAlgoRing});
+  EXPECT_EQ(parseAlgo("^tree").allReduce, unsigned{kAlgoRing | kAlgoOther});
+}
+
+TEST(AlgoGrammar, PerCollectiveEntries) {
+  AlgoChoice c = parseAlgo("allreduce:tree;broadcast:ring");
+  EXPECT_EQ(c.allReduce, unsigned{kAlgoTree});
+  EXPECT_EQ(c.broadcast, unsigned{kAlgoRing});
+  EXPECT_EQ(c.reduce, unsigned{kAlgoAll});  // not named: AUTO
+  c = parseAlgo(" AllReduce : Ring ; ");
+  EXPECT_EQ(c.allReduce, unsigned{kAlgoRing});
+}
+
+TEST(AlgoGrammar, UnknownTokensAreNamed) {
+  std::string e = refusal("BOGUS");
+  EXPECT_NE(e.find("CHORUS_ALGO"), std::string::npos) << e;
+  EXPECT_NE(e.find("'BOGUS'"), std::string::npos) << e;
+  e = refusal("allreduce:tree;alltoall:ring");
+  EXPECT_NE(e.find("unknown collective 'alltoall'"), std::string::npos) << e;
+  e = refusal("allreduce:trie");
+  EXPECT_NE(e.find("unknown algorithm 'trie'"), std::string::npos) << e;
+  e = refusal("broadcast:tree");
+  EXPECT_NE(e.find("broadcast has no tree algorithm"), std::string::npos) << e;
+}
+
+TEST(CostModel, OneHostKeepsTheMeasuredSizes) {
+  CostModel tcp2;
+  tcp2.nranks = 2;
+  tcp2.maxPerHost = 2;
+  tcp2.local = CostModel::localTable(false, false);
+  EXPECT_EQ(tcp2.chooseAllReduce(kAlgoAll, 8), AllReduceAlgo::RecursiveDoubling);
+  EXPECT_EQ(tcp2.chooseAllReduce(kAlgoAll, 256 << 10), AllReduceAlgo::RecursiveDoubling);
+  EXPECT_EQ(tcp2.chooseAllReduce(kAlgoAll, 512 << 10), AllReduceAlgo::Ring);
+  EXPECT_EQ(tcp2.chooseAllReduce(kAlgoAll, 64 << 20), AllReduceAlgo::Ring);
+  // Forced choices still go by the model: TREE,RING on one host is the ring (a chain is 2(n-1) steps too).
+  EXPECT_EQ(tcp2.chooseAllReduce(kAlgoRing | kAlgoTree, 8), AllReduceAlgo::Ring);
+  // On one host the tree is two chains: never better than the ring or recursive doubling.
+  CostModel shm4;
+  shm4.nranks = 4;
+  shm4.maxPerHost = 4;
+  shm4.directAllowed = true;
+  shm4.local = CostModel::localTable(true, true);
+  for (size_t b = 8; b <= (size_t{1} << 28); b *= 4) EXPECT_NE(shm4.chooseAllReduce(kAlgoAll, b), AllReduceAlgo::Tree);
+  EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 8), AllReduceAlgo::Direct);
+  EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 8192), AllReduceAlgo::RecursiveDoubling);
+  EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 1 << 20), AllReduceAlgo::HalvingDoubling);
+  EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 256 << 20), AllReduceAlgo::Ring);
+}
+
+TEST(CostModel, SlowLinksPreferTheTreeForSmallAndTheRingForLargeMessages) {
+  CostModel m = slowCluster(8);
+  const unsigned ringOrTree = kAlgoRing | kAlgoTree;
+  for (size_t b = 8; b <= 64 * 1024; b *= 2) {
+    EXPECT_EQ(m.chooseAllReduce(ringOrTree, b), AllReduceAlgo::Tree) << b;
+    // 2 * 3 tree hops against 2 * 7 ring hops of 0.55 ms
+    EXPECT_GT(m.allReduceUs(AllReduceAlgo::Ring, b) / m.allReduceUs(AllReduceAlgo::Tree, b), 1.5) << b;
+  }
+  EXPECT_EQ(m.chooseAllReduce(ringOrTree, 64 << 20), AllReduceAlgo::Ring);
+  // The ring's bandwidth term: 2 (n-1)/n S at 0.117 GB/s.
+  EXPECT_NEAR(m.allReduceUs(AllReduceAlgo::Ring, 64 << 20), 2 * 7.0 / 8 * (64 << 20) / 117.0, 0.1 * 1e6);
+}
+
+TEST(CostModel, CrossoversListEveryChange) {
+  CostModel m = slowCluster(8);
+  auto xs = m.crossovers(kAlgoRing | kAlgoTree);
+  ASSERT_EQ(xs.size(), 2u);
+  EXPECT_EQ(xs[0].fromBytes, 8u);
+  EXPECT_EQ(xs[0].algo, AllReduceAlgo::Tree);
+  EXPECT_EQ(xs[1].algo, AllReduceAlgo::Ring);
+  EXPECT_EQ(m.chooseAllReduce(kAlgoRing | kAlgoTree, xs[1].fromBytes), AllReduceAlgo::Ring);
+  EXPECT_EQ(m.chooseAllReduce(kAlgoRing | kAlgoTree, xs[1].fromBytes / 2), AllReduceAlgo::Tree);
+  EXPECT_EQ(m.crossovers(kAlgoRing).size(), 1u);
+}

@@ -1,0 +1,61 @@
+// The double binary tree end to end: the full AllReduce matrix (test/allreduce_check.cc: every datatype x op,
+// odd counts, in place and out of place) with CHORUS_ALGO=TREE for 1..9 ranks, each rank its own "host"
+// (CHORUS_HOSTID), so the trees are the double binary tree itself; with several ranks per host (chains inside
+// hosts under the host trees, shm inside and tcp across); on one host over shm and over tcp; and under AUTO
+// with the cost model measuring the link between hosts. Chunks of 4 KiB make every tree pipeline many chunks.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "test/shell.h"
+#include "test/watchdog.h"
+
+using chorus::test::buildDir;
+using chorus::test::RunResult;
+using chorus::test::runShell;
+using chorus::test::Watchdog;
+
+namespace {
+
+// Runs allreduce_check on n ranks; hostExpr is a shell arithmetic expression of $CHORUS_RANK naming the host.
+void runCheck(int n, const std::string& hostExpr, const std::string& env) {
+  const std::string dir = buildDir();
+  std::string wrap = hostExpr.empty() ? ""
+                                      : "sh -c 'CHORUS_HOSTID=host$((" + hostExpr + ")) exec \"$0\" \"$@\"' ";
+  std::string cmd = "CHORUS_CHUNK_BYTES=4K " + env + " " + dir + "/scripts/chorusrun -n " + std::to_string(n) +
+                    " -- " + wrap + dir + "/test/allreduce_check";
+  RunResult r = runShell(cmd);
+  EXPECT_EQ(r.status, 0) << cmd << "\n" << r.output;
+  for (int rank = 0; rank < n; ++rank)
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": 600 cases ok"), std::string::npos)
+        << cmd << "\n" << r.output;
+}
+
+}  // namespace
+
+TEST(Tree, EveryRankItsOwnHost) {
+  Watchdog wd(900);
+  for (int n = 1; n <= 9; ++n) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    runCheck(n, "CHORUS_RANK", "CHORUS_ALGO=TREE");
+  }
+}
+
+TEST(Tree, ChainsInsideHosts) {
+  Watchdog wd(600);
+  runCheck(6, "CHORUS_RANK / 2", "CHORUS_ALGO=TREE");  // 3 hosts x 2 ranks, consecutive
+  runCheck(7, "CHORUS_RANK % 3", "CHORUS_ALGO=TREE");  // hosts of 3, 2, 2 ranks, interleaved
+  runCheck(5, "CHORUS_RANK / 3", "CHORUS_ALGO=TREE");  // hosts of 3 and 2
+}
+
+TEST(Tree, OneHost) {
+  Watchdog wd(600);
+  runCheck(4, "", "CHORUS_ALGO=TREE");
+  runCheck(3, "", "CHORUS_ALGO=TREE CHORUS_SHM_DISABLE=1");
+}
+
+TEST(Tree, AutoAcrossHosts) {
+  Watchdog wd(600);
+  runCheck(5, "CHORUS_RANK / 2", "CHORUS_ALGO=AUTO");
+  runCheck(4, "CHORUS_RANK", "CHORUS_ALGO=tree,ring");
+}
