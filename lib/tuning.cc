@@ -27,31 +27,43 @@ double medianOf(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Round-trip-free ring rounds between host leaders: {alpha us, us per MiB beyond alpha}, zeros elsewhere.
+// Ping-pong between the leaders of hosts 2k and 2k+1: the even one measures and returns {alpha us, us per MiB
+// beyond alpha}; every other rank returns zeros.
 void measureNet(Comm& comm, const std::vector<int>& leaders, double* alphaUs, double* usPerMiB) {
   const int hosts = static_cast<int>(leaders.size());
   const int h = comm.hostOf()[static_cast<size_t>(comm.rank())];
-  if (leaders[static_cast<size_t>(h)] != comm.rank()) return;
-  const int next = leaders[static_cast<size_t>((h + 1) % hosts)];
-  const int prev = leaders[static_cast<size_t>((h - 1 + hosts) % hosts)];
+  if (leaders[static_cast<size_t>(h)] != comm.rank() || (h % 2 == 0 && h + 1 >= hosts)) return;
+  const bool measuring = h % 2 == 0;
+  const int partner = leaders[static_cast<size_t>(measuring ? h + 1 : h - 1)];
   constexpr size_t kBig = 1 << 20;
-  std::vector<uint8_t> out(kBig, 1), in(kBig);
+  std::vector<uint8_t> buf(kBig, 1);
   const OpTag tag = calibrationTag();
-  auto round = [&](size_t bytes) {
+  // One exchange: `bytes` one way, 8 bytes back; returns the round trip in us (measuring side).
+  auto pingPong = [&](size_t bytes) {
     auto t0 = std::chrono::steady_clock::now();
-    Request s, r;
-    comm.irecv(prev, in.data(), bytes, tag, &r);
-    comm.isend(next, out.data(), bytes, tag, &s);
-    comm.waitUntil([&] { return s.done && r.done; }, tag);
+    Request q;
+    if (measuring) {
+      comm.isend(partner, buf.data(), bytes, tag, &q);
+      comm.wait(q, tag);
+      q = Request{};
+      comm.irecv(partner, buf.data(), 8, tag, &q);
+    } else {
+      comm.irecv(partner, buf.data(), bytes, tag, &q);
+      comm.wait(q, tag);
+      q = Request{};
+      comm.isend(partner, buf.data(), 8, tag, &q);
+    }
+    comm.wait(q, tag);
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   };
   std::vector<double> small, big;
-  round(8);
-  for (int i = 0; i < 5; ++i) small.push_back(round(8));
-  round(kBig);
-  for (int i = 0; i < 3; ++i) big.push_back(round(kBig));
-  *alphaUs = medianOf(small);
-  *usPerMiB = std::max(1.0, medianOf(big) - *alphaUs);
+  pingPong(8);
+  for (int i = 0; i < 9; ++i) small.push_back(pingPong(8));
+  pingPong(kBig);
+  for (int i = 0; i < 3; ++i) big.push_back(pingPong(kBig));
+  if (!measuring) return;
+  *alphaUs = medianOf(small) / 2;
+  *usPerMiB = std::max(1.0, medianOf(big) - 2 * *alphaUs);
 }
 
 }  // namespace
@@ -77,7 +89,8 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   m.directAllowed = comm.allPeersOverShm() && m.nranks > 2;
   m.chunkBytes = comm.config().chunkBytes;
 
-  // {alpha us, us per MiB, oversubscribed}: the worst over all ranks.
+  // {alpha us, us per MiB, oversubscribed ranks}: summed over all ranks (only one leader per pair of hosts
+  // measures), so the model uses the mean link and knows whether any host runs more ranks than cores.
   double agreed[3] = {0, 0, oversubscribedHere ? 1.0 : 0.0};
   if (m.hosts > 1) measureNet(comm, leaders, &agreed[0], &agreed[1]);
   algo::CollArgs a;
@@ -86,10 +99,11 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   a.recvbuff = agreed;
   a.count = 3;
   a.dtype = chorusFloat64;
-  a.op = chorusMax;
+  a.op = chorusSum;
   algo::ringAllReduce(comm, calibrationTag(), a);
   m.local = algo::CostModel::localTable(comm.localPairsOverShm(), agreed[2] != 0);
-  if (m.hosts > 1) m.net = {agreed[0], static_cast<double>(1 << 20) / (agreed[1] * 1e3)};
+  const double pairs = m.hosts / 2;
+  if (m.hosts > 1) m.net = {agreed[0] / pairs, static_cast<double>(1 << 20) / (agreed[1] / pairs * 1e3)};
   CHORUS_INFO(kInit, "cost model: {}", m.describe());
   return m;
 }

@@ -9,10 +9,9 @@ namespace chorus {
 class Comm;
 
 // Collective (every rank calls it once the peers are connected). When the communicator spans several hosts,
-// the first rank of each host exchanges 8-byte and 1 MiB messages with the next host's first rank in a ring
-// (after a warm-up round; medians of 5 and 3 rounds). Then all ranks agree with an allreduce on the worst
-// alpha and beta and on whether any host runs more ranks than cores, so that every rank predicts alike and
-// picks the same algorithm. `oversubscribedHere`: this host runs more ranks than this process has cores.
+// the first ranks of hosts 2k and 2k+1 ping-pong 8-byte and 1 MiB messages (after a warm-up round; medians of 9
+// and 3 round trips). Then all ranks agree with an allreduce on the pairs' mean alpha and beta and on whether any host runs more ranks than cores, so that every rank predicts
+// alike and picks the same algorithm. `oversubscribedHere`: this host runs more ranks than this process has cores.
 algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere);
 
 }  // namespace chorus

@@ -13,7 +13,6 @@
 #include <libnetfilter_queue/libnetfilter_queue.h>
 #include <linux/netfilter.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -67,11 +66,7 @@ int main(int argc, char** argv) {
   }
   int queue = atoi(argv[1]);
   delayNs = (uint64_t)strtoull(argv[2], NULL, 10) * 1000u;
-  /* Release packets when due: no timer slack, and real-time priority so that busy ranks on the same cores do
-   * not delay the delayer (best effort: without the privilege it runs as a normal process). */
-  prctl(PR_SET_TIMERSLACK, 1UL);
-  struct sched_param sp = {.sched_priority = 10};
-  if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) perror("nfq_delay: SCHED_FIFO (continuing without)");
+  prctl(PR_SET_TIMERSLACK, 1UL); /* release packets when due, not up to 50 us later */
   signal(SIGTERM, onSignal);
   signal(SIGINT, onSignal);
 

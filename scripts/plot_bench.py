@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Plots nccl-tests-style tables: busbw and time per operation against size, one line per series, and prints the
+same data as a markdown table of times. Inputs are run folders holding <series>-<nranks>.txt files (the layout
+of scripts/bench_cluster.sh and bench_vs_peers.sh: size in field 1, time us in field 5, busbw GB/s in field 7);
+the best (lowest time) of the runs is taken per size, and busbw is recomputed from it (allreduce factor). Needs /usr/bin/python3 with python3-matplotlib for --png.
+
+usage: plot_bench.py [--png FILE] [--title TEXT] FOLDER...
+"""
+import argparse
+import collections
+import os
+import re
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--png")
+ap.add_argument("--title", default="allreduce")
+ap.add_argument("folders", nargs="+")
+args = ap.parse_args()
+
+best = collections.defaultdict(dict)  # series -> size -> (time us, busbw)
+for folder in args.folders:
+    for name in sorted(os.listdir(folder)):
+        m = re.match(r"(.+)-(\d+)\.txt$", name)
+        if not m or name.startswith("model-"):
+            continue
+        series, nranks = m.group(1), int(m.group(2))
+        with open(os.path.join(folder, name)) as f:
+            for line in f:
+                p = line.split()
+                if len(p) < 7 or not p[0].isdigit():
+                    continue
+                try:
+                    size, t = int(p[0]), float(p[4])
+                except ValueError:
+                    continue
+                # busbw from the time (the tables round it to 0.01 GB/s): allreduce factor 2(n-1)/n
+                bw = size / t / 1e3 * 2 * (nranks - 1) / nranks if t > 0 else 0.0
+                if size not in best[series] or t < best[series][size][0]:
+                    best[series][size] = (t, bw)
+
+if not best:
+    raise SystemExit("plot_bench: no tables found in " + " ".join(args.folders))
+
+
+def label(size):
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+names = sorted(best)
+sizes = sorted({s for v in best.values() for s in v})
+print(f"time per operation (us), best of the runs; {args.title}")
+print("| size | " + " | ".join(names) + " |")
+print("|---|" + "---|" * len(names))
+for s in sizes:
+    cells = [f"{best[n][s][0]:.0f}" if s in best[n] else "—" for n in names]
+    print(f"| {label(s)} | " + " | ".join(cells) + " |")
+print()
+print("| size | " + " | ".join(f"{n} busbw GB/s" for n in names) + " |")
+print("|---|" + "---|" * len(names))
+for s in sizes:
+    cells = [f"{best[n][s][1]:.3f}" if s in best[n] else "—" for n in names]
+    print(f"| {label(s)} | " + " | ".join(cells) + " |")
+
+if args.png:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
+    for n in names:
+        xs = sorted(best[n])
+        a1.plot(xs, [best[n][x][1] for x in xs], marker="o", ms=3, label=n)
+        a2.plot(xs, [best[n][x][0] for x in xs], marker="o", ms=3, label=n)
+    for ax, what in ((a1, "busbw (GB/s)"), (a2, "time per operation (us)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel(what)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    a2.set_yscale("log")
+    fig.suptitle(args.title)
+    fig.tight_layout()
+    fig.savefig(args.png, dpi=110)
+    print(f"\nplot: {args.png}")
