@@ -61,7 +61,7 @@ double CostModel::allReduceUs(AllReduceAlgo a, size_t bytes) const {
       const double chunk = static_cast<double>(treeChunkBytes(bytes, chunkBytes));
       const double latency = 2 * (hostTreeDepth * net.alphaUs + (maxPerHost - 1) * local.alphaUs);
       const int steps = 2 * (hostTreeDepth + maxPerHost - 1);
-      return latency + std::max((2 * S + steps * chunk) / bw, S / red);
+      return latency + std::max((treeLoad * S / 2 + steps * chunk) / bw, S / red);
     }
     case AllReduceAlgo::RecursiveDoubling: {
       const int steps = floorLog2(p) + fold;

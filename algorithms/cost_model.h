@@ -5,8 +5,9 @@
 // in cost_model.cc, measured on this project's 2-core machines) and `net` between hosts (measured when the
 // communicator is created: Comm::calibrate, lib/comm.cc). Steps and bytes per algorithm, n ranks, S bytes:
 //   ring   2(n-1) steps, 2(n-1)/n S on each link, (n-1)/n S reduced, overlapped with the transfer (pipelined)
-//   tree   2 * (depth of the host tree + ranks per host - 1) steps, 2S on an interior rank's link plus the
-//          pipeline's fill (a chunk per step), S reduced, overlapped (Note [Double binary tree], tree.cc)
+//   tree   2 * (depth of the host tree + ranks per host - 1) steps, 2S on an interior rank's link (S with 2
+//          hosts: treeLoad) plus the pipeline's fill (a chunk per step), S reduced, overlapped
+//          (Note [Double binary tree], algorithms/tree.cc)
 //   recursive doubling   log2(p) steps (+2 folding n onto a power of two p) of the whole buffer each
 //   halving-doubling     2 log2(p) steps (+2), 2(p-1)/p S (+2S folding), (p-1)/p S reduced
 //   direct (shm only, n > 2)   1 step, (n-1) S sent and reduced
@@ -39,6 +40,7 @@ struct CostModel {
   int hosts = 1;
   int maxPerHost = 1;     // ranks on the most populated host
   int hostTreeDepth = 0;  // edges on the deepest root-to-leaf path of the host-level double binary tree
+  int treeLoad = 4;       // half-buffers the busiest host sends in the two trees (2 with 2 hosts, else 4)
   bool directAllowed = false;  // every peer over shared memory and n > 2
   LinkCost local;         // between ranks of one host
   LinkCost net;           // between hosts (meaningful when hosts > 1)

@@ -43,13 +43,13 @@ TreeLinks hostTree(const std::vector<int>& hostOf, int r, int t);
 int treeDepth(const std::vector<TreeLinks>& tree);
 
 // The tree's pipeline chunk for an allreduce of `bytes`: CHORUS_CHUNK_BYTES, but small enough that each half
-// is cut into at least 2 chunks (not below 16 KiB), so that mid-sized messages pipeline along the tree's depth
+// is cut into at least 2 chunks (not below 32 KiB), so that mid-sized messages pipeline along the tree's depth
 // instead of being stored and forwarded whole at every hop. Smaller chunks measured slower on the simulated
-// cluster (scripts/netns-cluster: every packet costs its delayer tens of microseconds; 8 hosts, 32 KiB: 16.5 ms
-// with 4 KiB chunks against 5-6 ms for one chunk per half).
+// cluster (scripts/netns-cluster, 8 hosts, 1 Gbit/s, 0.5 ms: 32 KiB took 16.5 ms with 4 KiB chunks against
+// 5-6 ms for one chunk per half; 64 KiB 7.9 ms with 16 KiB chunks against 6.3 with 32 KiB).
 inline size_t treeChunkBytes(size_t bytes, size_t chunkBytes) {
   size_t halfOfHalf = (bytes / 2 + 1) / 2;
-  size_t c = halfOfHalf < 16384 ? 16384 : halfOfHalf;
+  size_t c = halfOfHalf < 32768 ? 32768 : halfOfHalf;
   return c < chunkBytes ? c : chunkBytes;
 }
 

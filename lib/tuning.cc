@@ -58,12 +58,61 @@ void measureNet(Comm& comm, const std::vector<int>& leaders, double* alphaUs, do
   };
   std::vector<double> small, big;
   pingPong(8);
-  for (int i = 0; i < 9; ++i) small.push_back(pingPong(8));
+  for (int i = 0; i < 5; ++i) small.push_back(pingPong(8));
   pingPong(kBig);
   for (int i = 0; i < 3; ++i) big.push_back(pingPong(kBig));
   if (!measuring) return;
   *alphaUs = medianOf(small) / 2;
   *usPerMiB = std::max(1.0, medianOf(big) - 2 * *alphaUs);
+}
+
+// A token passed around the ring of host leaders, 8 bytes per hop: leader 0 returns the median time per hop
+// over 5 trips (after a warm-up trip). Unlike the ping-pong, every leader handles the token in turn as in a
+// collective, so the figure includes the wake-ups a collective pays at each step; 0 on every other rank.
+double measureHop(Comm& comm, const std::vector<int>& leaders) {
+  const int hosts = static_cast<int>(leaders.size());
+  const int h = comm.hostOf()[static_cast<size_t>(comm.rank())];
+  if (leaders[static_cast<size_t>(h)] != comm.rank()) return 0;
+  const int next = leaders[static_cast<size_t>((h + 1) % hosts)];
+  const int prev = leaders[static_cast<size_t>((h - 1 + hosts) % hosts)];
+  const OpTag tag = calibrationTag();
+  uint64_t token = 0;
+  std::vector<double> trips;
+  for (int trip = 0; trip < 6; ++trip) {
+    auto t0 = std::chrono::steady_clock::now();
+    Request q;
+    if (h != 0) {
+      comm.irecv(prev, &token, sizeof token, tag, &q);
+      comm.wait(q, tag);
+      q = Request{};
+    }
+    comm.isend(next, &token, sizeof token, tag, &q);
+    comm.wait(q, tag);
+    if (h == 0) {
+      q = Request{};
+      comm.irecv(prev, &token, sizeof token, tag, &q);
+      comm.wait(q, tag);
+      if (trip > 0) trips.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  return h == 0 ? medianOf(trips) / hosts : 0;
+}
+
+// Half-buffers the busiest host sends in the two host trees: one up per tree where it has a parent, one down per
+// child (2 for n = 2: S in all; 4 for most larger n: 2S).
+int treeLoad(int hosts) {
+  std::vector<int> oneEach(static_cast<size_t>(hosts));
+  for (int h = 0; h < hosts; ++h) oneEach[static_cast<size_t>(h)] = h;
+  int most = 0;
+  for (int h = 0; h < hosts; ++h) {
+    int load = 0;
+    for (int t = 0; t < 2; ++t) {
+      algo::TreeLinks l = algo::hostTree(oneEach, h, t);
+      load += (l.parent >= 0 ? 1 : 0) + static_cast<int>(l.children.size());
+    }
+    most = std::max(most, load);
+  }
+  return most;
 }
 
 }  // namespace
@@ -89,21 +138,26 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   m.directAllowed = comm.allPeersOverShm() && m.nranks > 2;
   m.chunkBytes = comm.config().chunkBytes;
 
-  // {alpha us, us per MiB, oversubscribed ranks}: summed over all ranks (only one leader per pair of hosts
-  // measures), so the model uses the mean link and knows whether any host runs more ranks than cores.
-  double agreed[3] = {0, 0, oversubscribedHere ? 1.0 : 0.0};
-  if (m.hosts > 1) measureNet(comm, leaders, &agreed[0], &agreed[1]);
+  // {ping-pong alpha us, us per MiB, oversubscribed ranks, token-ring hop us}: summed over all ranks (only one
+  // leader per pair of hosts, or leader 0, measures each), so every rank knows them alike.
+  double agreed[4] = {0, 0, oversubscribedHere ? 1.0 : 0.0, 0};
+  if (m.hosts > 1) {
+    measureNet(comm, leaders, &agreed[0], &agreed[1]);
+    agreed[3] = measureHop(comm, leaders);
+  }
   algo::CollArgs a;
   a.kind = OpKind::AllReduce;
   a.sendbuff = agreed;
   a.recvbuff = agreed;
-  a.count = 3;
+  a.count = 4;
   a.dtype = chorusFloat64;
   a.op = chorusSum;
   algo::ringAllReduce(comm, calibrationTag(), a);
   m.local = algo::CostModel::localTable(comm.localPairsOverShm(), agreed[2] != 0);
+  // alpha: a hop of the token ring (what a collective's step costs); beta: the pairs' mean.
   const double pairs = m.hosts / 2;
-  if (m.hosts > 1) m.net = {agreed[0] / pairs, static_cast<double>(1 << 20) / (agreed[1] / pairs * 1e3)};
+  if (m.hosts > 1) m.net = {agreed[3], static_cast<double>(1 << 20) / (agreed[1] / pairs * 1e3)};
+  m.treeLoad = treeLoad(m.hosts);
   CHORUS_INFO(kInit, "cost model: {}", m.describe());
   return m;
 }

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
       m.hostTreeDepth = std::max(m.hostTreeDepth, algo::treeDepth(tree));
     }
     m.net = {alpha, gbps};
+    m.treeLoad = n == 2 ? 2 : 4;
     m.local = algo::CostModel::localTable(true, false);
     m.chunkBytes = chunk;
     std::printf("%6d %5d", n, m.hostTreeDepth);

@@ -100,8 +100,9 @@ TEST(CostModel, SlowLinksPreferTheTreeForSmallAndTheRingForLargeMessages) {
   const unsigned ringOrTree = kAlgoRing | kAlgoTree;
   for (size_t b = 8; b <= 64 * 1024; b *= 2) {
     EXPECT_EQ(m.chooseAllReduce(ringOrTree, b), AllReduceAlgo::Tree) << b;
-    // 2 * 3 tree hops against 2 * 7 ring hops of 0.55 ms
-    EXPECT_GT(m.allReduceUs(AllReduceAlgo::Ring, b) / m.allReduceUs(AllReduceAlgo::Tree, b), 1.5) << b;
+    // 2 * 3 tree hops against 2 * 7 ring hops of 0.55 ms (from 32 KiB the tree's pipeline fill counts too)
+    EXPECT_GT(m.allReduceUs(AllReduceAlgo::Ring, b) / m.allReduceUs(AllReduceAlgo::Tree, b), b < 32768 ? 1.5 : 1.3)
+        << b;
   }
   EXPECT_EQ(m.chooseAllReduce(ringOrTree, 64 << 20), AllReduceAlgo::Ring);
   // The ring's bandwidth term: 2 (n-1)/n S at 0.117 GB/s.

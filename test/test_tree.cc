@@ -2,9 +2,12 @@
 // odd counts, in place and out of place) with CHORUS_ALGO=TREE for 1..9 ranks, each rank its own "host"
 // (CHORUS_HOSTID), so the trees are the double binary tree itself; with several ranks per host (chains inside
 // hosts under the host trees, shm inside and tcp across); on one host over shm and over tcp; and under AUTO
-// with the cost model measuring the link between hosts. Chunks of 4 KiB make every tree pipeline many chunks.
+// with the cost model measuring the link between hosts; and on simulated hosts (network namespaces with a
+// delayed link, scripts/netns-cluster) when run as root. Chunks of 4 KiB make every tree pipeline many chunks.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "test/shell.h"
@@ -58,4 +61,23 @@ TEST(Tree, AutoAcrossHosts) {
   Watchdog wd(600);
   runCheck(5, "CHORUS_RANK / 2", "CHORUS_ALGO=AUTO");
   runCheck(4, "CHORUS_RANK", "CHORUS_ALGO=tree,ring");
+}
+
+// Four network namespaces joined by links with 0.1 ms delay: TREE and AUTO (which measures the link at init).
+// Skips without root or where namespaces cannot be created (netns-cluster exits 77).
+TEST(Tree, SimulatedHostsWithDelayedLinks) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces (scripts/netns-cluster)";
+  Watchdog wd(600);
+  const char* src = std::getenv("TEST_SOURCE_DIR");
+  const std::string dir = buildDir();
+  for (const char* algo : {"TREE", "AUTO"}) {
+    std::string cmd = std::string(src ? src : "..") + "/scripts/netns-cluster -k 4 --delay-ms 0.1 --timeout 300 -- env " +
+                      "CHORUS_ALGO=" + algo + " CHORUS_CHUNK_BYTES=4K " + dir + "/test/allreduce_check";
+    RunResult r = runShell(cmd);
+    if (r.status == 77) GTEST_SKIP() << r.output;
+    EXPECT_EQ(r.status, 0) << cmd << "\n" << r.output;
+    for (int rank = 0; rank < 4; ++rank)
+      EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": 600 cases ok"), std::string::npos)
+          << cmd << "\n" << r.output;
+  }
 }
