@@ -58,7 +58,7 @@ double CostModel::allReduceUs(AllReduceAlgo a, size_t bytes) const {
     case AllReduceAlgo::Ring:  // pipelined: the reduction of one chunk overlaps the transfer of the next
       return 2 * (n - 1) * link.alphaUs + std::max(2 * (n - 1) / n * S / bw, (n - 1) / n * S / red);
     case AllReduceAlgo::Tree: {
-      const double chunk = static_cast<double>(treeChunkBytes(bytes, chunkBytes));
+      const double chunk = std::min(S / 2, static_cast<double>(treeChunkBytes(bytes, chunkBytes)));
       const double latency = 2 * (hostTreeDepth * net.alphaUs + (maxPerHost - 1) * local.alphaUs);
       const int steps = 2 * (hostTreeDepth + maxPerHost - 1);
       return latency + std::max((treeLoad * S / 2 + steps * chunk) / bw, S / red);

@@ -66,36 +66,30 @@ void measureNet(Comm& comm, const std::vector<int>& leaders, double* alphaUs, do
   *usPerMiB = std::max(1.0, medianOf(big) - 2 * *alphaUs);
 }
 
-// A token passed around the ring of host leaders, 8 bytes per hop: leader 0 returns the median time per hop
-// over 5 trips (after a warm-up trip). Unlike the ping-pong, every leader handles the token in turn as in a
-// collective, so the figure includes the wake-ups a collective pays at each step; 0 on every other rank.
-double measureHop(Comm& comm, const std::vector<int>& leaders) {
+// Rounds in which every host leader sends 8 bytes to the next leader and receives from the previous one, all
+// at once, as in a ring collective's step; each round waits for the previous one, so they run in lockstep.
+// Leader 0 returns the mean time per round over 8 rounds (after 2 warm-up rounds), 0 on every other rank. Unlike
+// a ping-pong between two ranks it includes what a collective's step pays when every host is busy.
+double measureStep(Comm& comm, const std::vector<int>& leaders) {
   const int hosts = static_cast<int>(leaders.size());
   const int h = comm.hostOf()[static_cast<size_t>(comm.rank())];
   if (leaders[static_cast<size_t>(h)] != comm.rank()) return 0;
   const int next = leaders[static_cast<size_t>((h + 1) % hosts)];
   const int prev = leaders[static_cast<size_t>((h - 1 + hosts) % hosts)];
   const OpTag tag = calibrationTag();
-  uint64_t token = 0;
-  std::vector<double> trips;
-  for (int trip = 0; trip < 6; ++trip) {
-    auto t0 = std::chrono::steady_clock::now();
-    Request q;
-    if (h != 0) {
-      comm.irecv(prev, &token, sizeof token, tag, &q);
-      comm.wait(q, tag);
-      q = Request{};
-    }
-    comm.isend(next, &token, sizeof token, tag, &q);
-    comm.wait(q, tag);
-    if (h == 0) {
-      q = Request{};
-      comm.irecv(prev, &token, sizeof token, tag, &q);
-      comm.wait(q, tag);
-      if (trip > 0) trips.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    }
-  }
-  return h == 0 ? medianOf(trips) / hosts : 0;
+  uint64_t out = 0, in = 0;
+  auto round = [&] {
+    Request s, r;
+    comm.irecv(prev, &in, sizeof in, tag, &r);
+    comm.isend(next, &out, sizeof out, tag, &s);
+    comm.waitUntil([&] { return s.done && r.done; }, tag);
+  };
+  round();
+  round();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 8; ++i) round();
+  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 8;
+  return h == 0 ? us : 0;
 }
 
 // Half-buffers the busiest host sends in the two host trees: one up per tree where it has a parent, one down per
@@ -138,12 +132,12 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   m.directAllowed = comm.allPeersOverShm() && m.nranks > 2;
   m.chunkBytes = comm.config().chunkBytes;
 
-  // {ping-pong alpha us, us per MiB, oversubscribed ranks, token-ring hop us}: summed over all ranks (only one
-  // leader per pair of hosts, or leader 0, measures each), so every rank knows them alike.
+  // {ping-pong alpha us, us per MiB, oversubscribed ranks, step us}: summed over all ranks (only one leader per
+  // pair of hosts, or leader 0, measures each), so every rank knows them alike.
   double agreed[4] = {0, 0, oversubscribedHere ? 1.0 : 0.0, 0};
   if (m.hosts > 1) {
     measureNet(comm, leaders, &agreed[0], &agreed[1]);
-    agreed[3] = measureHop(comm, leaders);
+    agreed[3] = measureStep(comm, leaders);
   }
   algo::CollArgs a;
   a.kind = OpKind::AllReduce;
@@ -154,7 +148,7 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   a.op = chorusSum;
   algo::ringAllReduce(comm, calibrationTag(), a);
   m.local = algo::CostModel::localTable(comm.localPairsOverShm(), agreed[2] != 0);
-  // alpha: a hop of the token ring (what a collective's step costs); beta: the pairs' mean.
+  // alpha: a lockstep round of all leaders (what a collective's step costs); beta: the pairs' mean.
   const double pairs = m.hosts / 2;
   if (m.hosts > 1) m.net = {agreed[3], static_cast<double>(1 << 20) / (agreed[1] / pairs * 1e3)};
   m.treeLoad = treeLoad(m.hosts);
