@@ -10,21 +10,35 @@
 
 namespace chorus::algo {
 
-void directAllToAll(Comm& comm, const OpTag& tag, const CollArgs& a) {
+namespace {
+
+// Sends block bytes at sendAt(to) to every other rank and receives block bytes from each into recvAt(from),
+// all at once, then waits. Staggered peer order: at round i every rank sends to rank+i, so no single rank is
+// everyone's target.
+template <typename SendAt, typename RecvAt>
+void exchangeWithEveryPeer(Comm& comm, const OpTag& tag, size_t block, SendAt sendAt, RecvAt recvAt) {
   const int n = comm.nranks(), r = comm.rank();
+  std::vector<Request> reqs(2 * static_cast<size_t>(n - 1));
+  for (int i = 1; i < n; ++i) {
+    int to = mod(r + i, n), from = mod(r - i, n);
+    comm.irecv(from, recvAt(from), block, tag, &reqs[2 * (i - 1)]);
+    comm.isend(to, sendAt(to), block, tag, &reqs[2 * (i - 1) + 1]);
+  }
+  comm.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
+                 tag);
+}
+
+}  // namespace
+
+void directAllToAll(Comm& comm, const OpTag& tag, const CollArgs& a) {
+  const int r = comm.rank();
   const size_t block = a.count * kernels::dataTypeSize(a.dtype);
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
   std::memcpy(out + static_cast<size_t>(r) * block, in + static_cast<size_t>(r) * block, block);
-  std::vector<Request> reqs(2 * static_cast<size_t>(n - 1));
-  // Staggered peer order: at round i every rank sends to rank+i, so no single rank is everyone's target.
-  for (int i = 1; i < n; ++i) {
-    int to = mod(r + i, n), from = mod(r - i, n);
-    comm.irecv(from, out + static_cast<size_t>(from) * block, block, tag, &reqs[2 * (i - 1)]);
-    comm.isend(to, in + static_cast<size_t>(to) * block, block, tag, &reqs[2 * (i - 1) + 1]);
-  }
-  comm.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
-                 tag);
+  exchangeWithEveryPeer(
+      comm, tag, block, [&](int to) { return in + static_cast<size_t>(to) * block; },
+      [&](int from) { return out + static_cast<size_t>(from) * block; });
 }
 
 // Every rank sends its input to every other rank and reduces the n contributions itself, in rank order, so
@@ -40,14 +54,9 @@ void directAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   }
   uint8_t* all = comm.scratch(bytes * static_cast<size_t>(n), 2);  // contribution of rank q at q * bytes
   std::memcpy(all + static_cast<size_t>(r) * bytes, a.sendbuff, bytes);
-  std::vector<Request> reqs(2 * static_cast<size_t>(n - 1));
-  for (int i = 1; i < n; ++i) {
-    int to = mod(r + i, n), from = mod(r - i, n);
-    comm.irecv(from, all + static_cast<size_t>(from) * bytes, bytes, tag, &reqs[2 * (i - 1)]);
-    comm.isend(to, all + static_cast<size_t>(r) * bytes, bytes, tag, &reqs[2 * (i - 1) + 1]);
-  }
-  comm.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
-                 tag);
+  exchangeWithEveryPeer(
+      comm, tag, bytes, [&](int) { return all + static_cast<size_t>(r) * bytes; },
+      [&](int from) { return all + static_cast<size_t>(from) * bytes; });
   kernels::reduce(out, all, all + bytes, a.count, a.dtype, a.op);
   for (int q = 2; q < n; ++q) kernels::reduce(out, out, all + static_cast<size_t>(q) * bytes, a.count, a.dtype, a.op);
   if (a.op == chorusAvg) kernels::scaleDivide(out, a.count, a.dtype, n);

@@ -122,18 +122,15 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   size_t upPosted = 0, downPosted = 0, downDone = 0, sendsDone = 0;
   std::vector<size_t> upOpen;  // posted ups not yet reduced (at most kSlots)
 
-  // A leaf's partial sum is its input; a root's result is its sum.
+  // At a root (which has children, n > 1) the sum of chunk (c, t) is the result; a leaf's partial sum is its
+  // input, ready from the start (upsLeft 0).
   auto finishUp = [&](int t, size_t c) {
     if (links[t].parent >= 0) return;
     size_t off, bytes;
     range(t, c, &off, &bytes);
-    if (links[t].children.empty()) return;
     if (a.op == chorusAvg) kernels::scaleDivide(out + off, bytes / es, a.dtype, n);
     resultHere[t][c] = 1;
   };
-  for (int t = 0; t < 2; ++t)
-    if (links[t].children.empty())
-      for (size_t c = 0; c < C[t]; ++c) finishUp(t, c);
   std::vector<size_t> upsEndFrom(static_cast<size_t>(n), 0);  // per peer: 1 + index of its last up message
   for (size_t i = 0; i < ups.size(); ++i)
     upsEndFrom[static_cast<size_t>(links[ups[i].t].children[static_cast<size_t>(ups[i].child)])] = i + 1;

@@ -69,16 +69,20 @@ TreeLinks hostTree(const std::vector<int>& hostOf, int r, int t) {
   return links;
 }
 
-int treeDepth(const std::vector<TreeLinks>& tree) {
-  int deepest = 0;
-  for (size_t r = 0; r < tree.size(); ++r) {
-    int d = 0;
-    for (int x = static_cast<int>(r); tree[static_cast<size_t>(x)].parent >= 0 && d <= static_cast<int>(tree.size());
-         x = tree[static_cast<size_t>(x)].parent)
-      ++d;
-    deepest = std::max(deepest, d);
+DoubleTreeStats doubleTreeStats(int n) {
+  DoubleTreeStats s;
+  for (int r = 0; r < n; ++r) {
+    int load = 0;
+    for (int t = 0; t < 2; ++t) {
+      BinaryNode node = doubleTree(n, r, t);
+      load += (node.parent >= 0 ? 1 : 0) + (node.child[0] >= 0 ? 1 : 0) + (node.child[1] >= 0 ? 1 : 0);
+      int depth = 0;
+      for (int x = r; x >= 0 && depth <= n; x = doubleTree(n, x, t).parent) ++depth;
+      s.depth = std::max(s.depth, depth - 1);
+    }
+    s.load = std::max(s.load, load);
   }
-  return deepest;
+  return s;
 }
 
 std::vector<int> hostIndices(const std::vector<std::string>& hostIds) {

@@ -39,8 +39,14 @@ struct TreeLinks {
 // with the other hosts' chain heads. With one rank per host it is the double binary tree itself.
 TreeLinks hostTree(const std::vector<int>& hostOf, int r, int t);
 
-// Edges on the longest root-to-leaf path of a tree given as links of every rank (for the cost model).
-int treeDepth(const std::vector<TreeLinks>& tree);
+// What the cost model needs of the double binary tree over n nodes: `depth`, the edges on the longest
+// root-to-leaf path of either tree, and `load`, the messages (half-buffers) the busiest node sends per chunk:
+// one up in each tree where it has a parent, one down per child (2 for n = 2, 4 for most larger n).
+struct DoubleTreeStats {
+  int depth = 0;
+  int load = 0;
+};
+DoubleTreeStats doubleTreeStats(int n);
 
 // The tree's pipeline chunk for an allreduce of `bytes`: CHORUS_CHUNK_BYTES, but small enough that each half
 // is cut into at least 2 chunks (not below 32 KiB), so that mid-sized messages pipeline along the tree's depth

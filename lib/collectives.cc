@@ -36,12 +36,12 @@ namespace {
 // algorithms/cost_model.h). A change of choice from one call to the next is logged with the prediction.
 void allReduce(Comm& comm, const TaggedCall& c) {
   const algo::CollArgs& a = c.args;
+  const size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
   double us = 0;
-  algo::AllReduceAlgo choice = comm.costModel().chooseAllReduce(comm.config().algo.allReduce,
-                                                                a.count * kernels::dataTypeSize(a.dtype), &us);
+  algo::AllReduceAlgo choice = comm.costModel().chooseAllReduce(comm.config().algo.allReduce, bytes, &us);
   if (static_cast<int>(choice) != comm.lastAllReduceChoice) {
-    CHORUS_INFO(kColl, "{}: AllReduce of {} bytes: {} (predicted {:.1f} us)", comm.name(),
-                a.count * kernels::dataTypeSize(a.dtype), algo::algoName(choice), us);
+    CHORUS_INFO(kColl, "{}: AllReduce of {} bytes: {} (predicted {:.1f} us)", comm.name(), bytes,
+                algo::algoName(choice), us);
     comm.lastAllReduceChoice = static_cast<int>(choice);
   }
   switch (choice) {

@@ -83,8 +83,7 @@ Comm::~Comm() = default;
 // allreduce: 124-131 us spinning 50 us, 98 us sleeping at once, 44-47 us yielding for 200 us; 8 ranks: 459 us
 // sleeping at once, 172 us yielding.
 void Comm::chooseSpin() {
-  int local = 0;
-  for (const auto& p : setup_.peers) local += p.hostId == setup_.peers[rank()].hostId ? 1 : 0;
+  const int local = static_cast<int>(std::count(hostOf_.begin(), hostOf_.end(), hostOf_[rank()]));
   cpu_set_t set;
   int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   oversubscribed_ = local > cores;
@@ -122,8 +121,6 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
     if (std::find(inUse_.begin(), inUse_.end(), route_[p]) == inUse_.end()) inUse_.push_back(route_[p]);
     CHORUS_INFO(kInit, "{} -> {}: transport {}", name(), peer(p).name(), route_[p]->name());
   }
-  // Lower rank connects, higher accepts. Connecting first to every higher rank never blocks on the peer's
-  // progress (the kernel completes TCP and unix-socket handshakes), so every rank can then accept in order.
   allShm_ = true;
   for (int p = 0; p < nranks(); ++p)
     if (p != rank()) allShm_ = allShm_ && std::string(route_[p]->name()) == "shm";
@@ -134,6 +131,8 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
   for (int x = 0; x < nranks(); ++x)
     if (perHost[static_cast<size_t>(hostOf_[x])] > 1)
       localShm_ = localShm_ && kShmIndex < ranks[x].addresses.size() && !ranks[x].addresses[kShmIndex].empty();
+  // Lower rank connects, higher accepts. Connecting first to every higher rank never blocks on the peer's
+  // progress (the kernel completes TCP and unix-socket handshakes), so every rank can then accept in order.
   for (int p = rank() + 1; p < nranks(); ++p) route_[p]->connect(p, ranks[p].addresses[via[p]], deadline);
   for (int p = 0; p < rank(); ++p) route_[p]->accept(p, deadline);
 }

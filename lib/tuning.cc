@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <vector>
 
 #include "algorithms/collective.h"
@@ -27,12 +26,12 @@ double medianOf(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Ping-pong between the leaders of hosts 2k and 2k+1: the even one measures and returns {alpha us, us per MiB
-// beyond alpha}; every other rank returns zeros.
-void measureNet(Comm& comm, const std::vector<int>& leaders, double* alphaUs, double* usPerMiB) {
+// Ping-pong between the leaders of hosts 2k and 2k+1: the even one returns the microseconds 1 MiB takes beyond
+// the latency (an 8-byte round trip); every other rank returns 0.
+double measureUsPerMiB(Comm& comm, const std::vector<int>& leaders) {
   const int hosts = static_cast<int>(leaders.size());
   const int h = comm.hostOf()[static_cast<size_t>(comm.rank())];
-  if (leaders[static_cast<size_t>(h)] != comm.rank() || (h % 2 == 0 && h + 1 >= hosts)) return;
+  if (leaders[static_cast<size_t>(h)] != comm.rank() || (h % 2 == 0 && h + 1 >= hosts)) return 0;
   const bool measuring = h % 2 == 0;
   const int partner = leaders[static_cast<size_t>(measuring ? h + 1 : h - 1)];
   constexpr size_t kBig = 1 << 20;
@@ -61,9 +60,7 @@ void measureNet(Comm& comm, const std::vector<int>& leaders, double* alphaUs, do
   for (int i = 0; i < 5; ++i) small.push_back(pingPong(8));
   pingPong(kBig);
   for (int i = 0; i < 3; ++i) big.push_back(pingPong(kBig));
-  if (!measuring) return;
-  *alphaUs = medianOf(small) / 2;
-  *usPerMiB = std::max(1.0, medianOf(big) - 2 * *alphaUs);
+  return measuring ? std::max(1.0, medianOf(big) - medianOf(small)) : 0;
 }
 
 // Rounds in which every host leader sends 8 bytes to the next leader and receives from the previous one, all
@@ -92,23 +89,6 @@ double measureStep(Comm& comm, const std::vector<int>& leaders) {
   return h == 0 ? us : 0;
 }
 
-// Half-buffers the busiest host sends in the two host trees: one up per tree where it has a parent, one down per
-// child (2 for n = 2: S in all; 4 for most larger n: 2S).
-int treeLoad(int hosts) {
-  std::vector<int> oneEach(static_cast<size_t>(hosts));
-  for (int h = 0; h < hosts; ++h) oneEach[static_cast<size_t>(h)] = h;
-  int most = 0;
-  for (int h = 0; h < hosts; ++h) {
-    int load = 0;
-    for (int t = 0; t < 2; ++t) {
-      algo::TreeLinks l = algo::hostTree(oneEach, h, t);
-      load += (l.parent >= 0 ? 1 : 0) + static_cast<int>(l.children.size());
-    }
-    most = std::max(most, load);
-  }
-  return most;
-}
-
 }  // namespace
 
 algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
@@ -122,36 +102,31 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
     if (perHost[h]++ == 0) leaders[h] = r;
   }
   m.maxPerHost = *std::max_element(perHost.begin(), perHost.end());
-  std::vector<int> oneEach(static_cast<size_t>(m.hosts));
-  for (int h = 0; h < m.hosts; ++h) oneEach[static_cast<size_t>(h)] = h;
-  for (int t = 0; t < 2; ++t) {
-    std::vector<algo::TreeLinks> tree;
-    for (int h = 0; h < m.hosts; ++h) tree.push_back(algo::hostTree(oneEach, h, t));
-    m.hostTreeDepth = std::max(m.hostTreeDepth, algo::treeDepth(tree));
-  }
+  const algo::DoubleTreeStats trees = algo::doubleTreeStats(m.hosts);
+  m.hostTreeDepth = trees.depth;
+  m.treeLoad = trees.load;
   m.directAllowed = comm.allPeersOverShm() && m.nranks > 2;
   m.chunkBytes = comm.config().chunkBytes;
 
-  // {ping-pong alpha us, us per MiB, oversubscribed ranks, step us}: summed over all ranks (only one leader per
-  // pair of hosts, or leader 0, measures each), so every rank knows them alike.
-  double agreed[4] = {0, 0, oversubscribedHere ? 1.0 : 0.0, 0};
+  // {us per MiB, step us, oversubscribed ranks}: summed over all ranks (only one leader per pair of hosts, or
+  // leader 0, measures each), so every rank knows them alike.
+  double agreed[3] = {0, 0, oversubscribedHere ? 1.0 : 0.0};
   if (m.hosts > 1) {
-    measureNet(comm, leaders, &agreed[0], &agreed[1]);
-    agreed[3] = measureStep(comm, leaders);
+    agreed[0] = measureUsPerMiB(comm, leaders);
+    agreed[1] = measureStep(comm, leaders);
   }
   algo::CollArgs a;
   a.kind = OpKind::AllReduce;
   a.sendbuff = agreed;
   a.recvbuff = agreed;
-  a.count = 4;
+  a.count = 3;
   a.dtype = chorusFloat64;
   a.op = chorusSum;
   algo::ringAllReduce(comm, calibrationTag(), a);
   m.local = algo::CostModel::localTable(comm.localPairsOverShm(), agreed[2] != 0);
   // alpha: a lockstep round of all leaders (what a collective's step costs); beta: the pairs' mean.
   const double pairs = m.hosts / 2;
-  if (m.hosts > 1) m.net = {agreed[3], static_cast<double>(1 << 20) / (agreed[1] / pairs * 1e3)};
-  m.treeLoad = treeLoad(m.hosts);
+  if (m.hosts > 1) m.net = {agreed[1], static_cast<double>(1 << 20) / (agreed[0] / pairs * 1e3)};
   CHORUS_INFO(kInit, "cost model: {}", m.describe());
   return m;
 }

@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "algorithms/cost_model.h"
 #include "algorithms/tree_shape.h"
@@ -48,15 +47,10 @@ int main(int argc, char** argv) {
     m.nranks = n;
     m.hosts = n;
     m.maxPerHost = 1;
-    std::vector<int> oneEach(static_cast<size_t>(n));
-    for (int h = 0; h < n; ++h) oneEach[static_cast<size_t>(h)] = h;
-    for (int t = 0; t < 2; ++t) {
-      std::vector<algo::TreeLinks> tree;
-      for (int h = 0; h < n; ++h) tree.push_back(algo::hostTree(oneEach, h, t));
-      m.hostTreeDepth = std::max(m.hostTreeDepth, algo::treeDepth(tree));
-    }
+    const algo::DoubleTreeStats trees = algo::doubleTreeStats(n);
+    m.hostTreeDepth = trees.depth;
+    m.treeLoad = trees.load;
     m.net = {alpha, gbps};
-    m.treeLoad = n == 2 ? 2 : 4;
     m.local = algo::CostModel::localTable(true, false);
     m.chunkBytes = chunk;
     std::printf("%6d %5d", n, m.hostTreeDepth);

@@ -20,6 +20,14 @@ using chorus::test::Watchdog;
 
 namespace {
 
+// Every one of n ranks of allreduce_check reported all its cases right.
+void expectAllRanksOk(const RunResult& r, int n, const std::string& cmd) {
+  EXPECT_EQ(r.status, 0) << cmd << "\n" << r.output;
+  for (int rank = 0; rank < n; ++rank)
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": 600 cases ok"), std::string::npos)
+        << cmd << "\n" << r.output;
+}
+
 // Runs allreduce_check on n ranks; hostExpr is a shell arithmetic expression of $CHORUS_RANK naming the host.
 void runCheck(int n, const std::string& hostExpr, const std::string& env) {
   const std::string dir = buildDir();
@@ -27,11 +35,7 @@ void runCheck(int n, const std::string& hostExpr, const std::string& env) {
                                       : "sh -c 'CHORUS_HOSTID=host$((" + hostExpr + ")) exec \"$0\" \"$@\"' ";
   std::string cmd = "CHORUS_CHUNK_BYTES=4K " + env + " " + dir + "/scripts/chorusrun -n " + std::to_string(n) +
                     " -- " + wrap + dir + "/test/allreduce_check";
-  RunResult r = runShell(cmd);
-  EXPECT_EQ(r.status, 0) << cmd << "\n" << r.output;
-  for (int rank = 0; rank < n; ++rank)
-    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": 600 cases ok"), std::string::npos)
-        << cmd << "\n" << r.output;
+  expectAllRanksOk(runShell(cmd), n, cmd);
 }
 
 }  // namespace
@@ -75,9 +79,6 @@ TEST(Tree, SimulatedHostsWithDelayedLinks) {
                       "CHORUS_ALGO=" + algo + " CHORUS_CHUNK_BYTES=4K " + dir + "/test/allreduce_check";
     RunResult r = runShell(cmd);
     if (r.status == 77) GTEST_SKIP() << r.output;
-    EXPECT_EQ(r.status, 0) << cmd << "\n" << r.output;
-    for (int rank = 0; rank < 4; ++rank)
-      EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": 600 cases ok"), std::string::npos)
-          << cmd << "\n" << r.output;
+    expectAllRanksOk(r, 4, cmd);
   }
 }

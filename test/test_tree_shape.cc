@@ -3,6 +3,7 @@
 // interior in the other, the depth is logarithmic, and the rank-level trees chain the ranks of each host.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -23,6 +24,19 @@ std::vector<TreeLinks> linksOf(int n, int t) {
       if (c >= 0) tree[static_cast<size_t>(r)].children.push_back(c);
   }
   return tree;
+}
+
+// Edges on the longest root-to-leaf path.
+int treeDepth(const std::vector<TreeLinks>& tree) {
+  int deepest = 0;
+  for (size_t r = 0; r < tree.size(); ++r) {
+    int d = 0;
+    for (int x = static_cast<int>(r); tree[static_cast<size_t>(x)].parent >= 0 && d <= static_cast<int>(tree.size());
+         x = tree[static_cast<size_t>(x)].parent)
+      ++d;
+    deepest = std::max(deepest, d);
+  }
+  return deepest;
 }
 
 // Every rank has a parent except one root, links agree in both directions, and every rank reaches the root.
@@ -161,4 +175,25 @@ TEST(TreeShape, RandomHostLayoutsGiveTrees) {
       for (int r = 0; r < n; ++r) EXPECT_LE(tree[static_cast<size_t>(r)].children.size(), 3u);
     }
   }
+}
+
+TEST(TreeShape, StatsForTheCostModel) {
+  for (int n = 1; n <= 64; ++n) {
+    DoubleTreeStats st = doubleTreeStats(n);
+    EXPECT_EQ(st.depth, std::max(treeDepth(linksOf(n, 0)), treeDepth(linksOf(n, 1)))) << n;
+    const std::vector<TreeLinks> trees[2] = {linksOf(n, 0), linksOf(n, 1)};
+    int most = 0;
+    for (int r = 0; r < n; ++r) {
+      int load = 0;
+      for (const auto& tree : trees) {
+        const TreeLinks& l = tree[static_cast<size_t>(r)];
+        load += (l.parent >= 0 ? 1 : 0) + static_cast<int>(l.children.size());
+      }
+      most = std::max(most, load);
+    }
+    EXPECT_EQ(st.load, most) << n;
+  }
+  EXPECT_EQ(doubleTreeStats(2).load, 2);
+  EXPECT_EQ(doubleTreeStats(8).load, 4);
+  EXPECT_EQ(doubleTreeStats(8).depth, 3);
 }
