@@ -51,7 +51,9 @@ Segment Segment::create(const std::string& name) {
   if (!s.fd_) failErrno("memfd_create");
   if (::ftruncate(s.fd_.get(), sizeof(PairSegment)) != 0) failErrno("ftruncate of a shared-memory segment");
   s.mapping_ = shared(s.fd_.get());
-  new (s.get()) PairSegment{};  // value-initialised: every counter and flag starts at zero
+  // A fresh memfd reads as zeros, which is every counter's and flag's initial value; default-initialising
+  // (not `PairSegment{}`, which may build a temporary of the whole segment on the stack) starts their lifetimes.
+  new (s.get()) PairSegment;
   s.get()->magic.v.store(kSegmentMagic, std::memory_order_release);
   return s;
 }

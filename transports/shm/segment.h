@@ -18,8 +18,8 @@
 namespace chorus::transport::shm {
 
 constexpr size_t kLine = 64;
-constexpr uint32_t kSlots = 64;           // per direction
-constexpr size_t kSlotBytes = 8 * 1024;   // one header line + payload
+constexpr uint32_t kSlots = 16;           // per direction: 1 MiB (see Note [Shared-memory data path])
+constexpr size_t kSlotBytes = 64 * 1024;  // one header line + payload
 constexpr size_t kSlotPayload = kSlotBytes - kLine;
 constexpr uint64_t kSegmentMagic = 0x43484f5255534d31;  // "CHORUSM1"
 
