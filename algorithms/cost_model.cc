@@ -102,7 +102,7 @@ AllReduceAlgo CostModel::chooseAllReduce(unsigned allowed, size_t bytes, double*
   double bestUs = std::numeric_limits<double>::infinity();
   if (hosts == 1 && (allowed & kAlgoOther) != 0 && (allowed & kAlgoRing) != 0) {
     best = measuredOneHostChoice(*this, bytes);
-    bestUs = allReduceUs(best, bytes);
+    if (us != nullptr) bestUs = allReduceUs(best, bytes);
   } else {
     for (AllReduceAlgo a : kAllReduceAlgos) {
       if ((algoBit(a) & allowed) == 0) continue;

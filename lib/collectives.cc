@@ -37,11 +37,10 @@ namespace {
 void allReduce(Comm& comm, const TaggedCall& c) {
   const algo::CollArgs& a = c.args;
   const size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
-  double us = 0;
-  algo::AllReduceAlgo choice = comm.costModel().chooseAllReduce(comm.config().algo.allReduce, bytes, &us);
+  algo::AllReduceAlgo choice = comm.costModel().chooseAllReduce(comm.config().algo.allReduce, bytes, nullptr);
   if (static_cast<int>(choice) != comm.lastAllReduceChoice) {
     CHORUS_INFO(kColl, "{}: AllReduce of {} bytes: {} (predicted {:.1f} us)", comm.name(), bytes,
-                algo::algoName(choice), us);
+                algo::algoName(choice), comm.costModel().allReduceUs(choice, bytes));
     comm.lastAllReduceChoice = static_cast<int>(choice);
   }
   switch (choice) {
