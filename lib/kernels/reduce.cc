@@ -239,6 +239,41 @@ const Isa& active() {
 
 int opIndex(chorusRedOp_t op) { return op == chorusAvg ? 0 : int(op); }
 
+// ---- conversion between floating-point types (DDP's gradient compression) ----
+
+template <class Codec>
+struct Wide {  // a stored element as a double and back
+  using S = typename Codec::S;
+  static double load(const unsigned char* p) {
+    S s;
+    std::memcpy(&s, p, sizeof s);
+    return static_cast<double>(Codec::load(s));
+  }
+  static void store(unsigned char* p, double v) {
+    const S s = Codec::store(static_cast<typename Codec::C>(v));
+    std::memcpy(p, &s, sizeof s);
+  }
+};
+
+template <class From, class To>
+void convertLoop(void* dst, const void* src, size_t n, double divisor) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  for (size_t i = 0; i < n; ++i)
+    Wide<To>::store(d + i * sizeof(typename To::S), Wide<From>::load(s + i * sizeof(typename From::S)) / divisor);
+}
+
+template <class From>
+bool convertFrom(void* dst, chorusDataType_t to, const void* src, size_t n, double divisor) {
+  switch (to) {
+    case chorusFloat16: convertLoop<From, Half>(dst, src, n, divisor); return true;
+    case chorusBfloat16: convertLoop<From, BHalf>(dst, src, n, divisor); return true;
+    case chorusFloat32: convertLoop<From, Plain<float>>(dst, src, n, divisor); return true;
+    case chorusFloat64: convertLoop<From, Plain<double>>(dst, src, n, divisor); return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 size_t dataTypeSize(chorusDataType_t dt) {
@@ -274,6 +309,16 @@ void reduce(void* dst, const void* a, const void* b, size_t count, chorusDataTyp
 void scaleDivide(void* buf, size_t count, chorusDataType_t dt, int divisor) {
   if (count == 0 || divisor == 0 || !dataTypeValid(dt)) return;
   active().table->scale[dt](buf, count, divisor);
+}
+
+bool convert(void* dst, chorusDataType_t to, const void* src, chorusDataType_t from, size_t count, double divisor) {
+  switch (from) {
+    case chorusFloat16: return convertFrom<Half>(dst, to, src, count, divisor);
+    case chorusBfloat16: return convertFrom<BHalf>(dst, to, src, count, divisor);
+    case chorusFloat32: return convertFrom<Plain<float>>(dst, to, src, count, divisor);
+    case chorusFloat64: return convertFrom<Plain<double>>(dst, to, src, count, divisor);
+    default: return false;
+  }
 }
 
 const char* activeIsa() { return active().name; }

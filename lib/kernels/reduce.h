@@ -23,6 +23,12 @@ void reduce(void* dst, const void* a, const void* b, size_t count, chorusDataTyp
 // convert divisor as C does); float16/bfloat16 via float32. divisor == 0: no-op.
 void scaleDivide(void* buf, size_t count, chorusDataType_t dt, int divisor);
 
+// dst[i] = src[i] / divisor, converted between floating-point types (float16, bfloat16, float32, float64;
+// computed in double, rounded to nearest even when narrowing). dst and src must not overlap. False (nothing
+// written) for other types.
+bool convert(void* dst, chorusDataType_t to, const void* src, chorusDataType_t from, size_t count,
+             double divisor = 1.0);
+
 // "avx512", "avx2" or "portable": the path chosen at first use from CPUID.
 const char* activeIsa();
 // Forces a path for tests and benchmarks: "portable", "avx2", "avx512", or "auto" to redo detection.
