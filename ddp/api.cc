@@ -213,6 +213,15 @@ chorusResult_t chorusDdpGetStats(chorusDdp_t d, chorusDdpStats* stats) {
   });
 }
 
+chorusResult_t chorusDdpBucketTiming(chorusDdp_t d, int bucket, double* launchedUs, double* finishedUs) {
+  return withDdp(d, "chorusDdpBucketTiming", [&](ddp::Reducer& r) {
+    const int nb = static_cast<int>(r.buckets().size());
+    if (bucket < 0 || bucket >= nb)
+      fail(chorusInvalidArgument, "chorusDdpBucketTiming: bucket={} is outside [0, nbuckets={})", bucket, nb);
+    r.bucketTiming(bucket, launchedUs, finishedUs);
+  });
+}
+
 chorusResult_t chorusDdpDestroy(chorusDdp_t d) {
   {
     std::lock_guard<std::mutex> g(gMu);

@@ -209,6 +209,13 @@ void Reducer::launch(int bi) {
   comm_->executor().enqueue([&b] { b.finished = Clock::now(); }, {stream_});
 }
 
+void Reducer::bucketTiming(int bi, double* launched, double* finished) const {
+  const Bucket& b = buckets_[static_cast<size_t>(bi)];
+  const bool ran = b.launched >= backwardStart_ && b.finished >= b.launched;
+  if (launched != nullptr) *launched = ran ? us(b.launched - backwardStart_) : -1;
+  if (finished != nullptr) *finished = ran ? us(b.finished - backwardStart_) : -1;
+}
+
 void Reducer::wait() { check(comm_, chorusStreamSynchronize(stream_), "waiting for the gradient AllReduces"); }
 
 std::string Reducer::notReadyList() const {

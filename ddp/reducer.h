@@ -63,6 +63,8 @@ class Reducer {
   int rank() const { return rank_; }
   const std::vector<BucketLayout>& buckets() const { return layout_; }
   const chorusDdpStats& stats() const { return stats_; }
+  // The last synchronised backward's launch and finish of bucket b, us since prepare-for-backward; -1: never.
+  void bucketTiming(int b, double* launched, double* finished) const;
   chorusComm_t comm() const { return comm_; }
 
  private:
