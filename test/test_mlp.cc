@@ -1,6 +1,6 @@
 // The data-parallel trainer's model (ddp/trainer/mlp.h): backward agrees with finite differences, reports
 // every used parameter once in backward order, accumulates across calls, follows moved gradient storage,
-// is bit-for-bit deterministic, and actually learns the synthetic data set.
+// steps with PyTorch's momentum formula, is bit-for-bit deterministic, and actually learns the synthetic data.
 #include <gtest/gtest.h>
 
 #include <cmath>

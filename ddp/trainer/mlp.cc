@@ -40,8 +40,8 @@ inline void axpy(float a, const float* __restrict x, float* __restrict y, size_t
   for (; j < n; ++j) y[j] += a * x[j];
 }
 
-// sum x[j] * y[j], as kBlock interleaved partial sums (lane t takes j = t mod kBlock) added up in lane order,
-// then the tail: an order fixed by n alone.
+// sum x[j] * y[j] as kBlock partial sums (lane t takes the whole blocks' j with j % kBlock == t), added up in
+// lane order, then the tail: an order fixed by n alone.
 inline float dot(const float* __restrict x, const float* __restrict y, size_t n) {
   float acc[kBlock] = {};
   size_t j = 0;

@@ -57,7 +57,8 @@ class Mlp {
   // (when used), then layer L-1's weight and bias, ..., then layer 0's weight and bias. After ready(p),
   // backward neither reads nor writes grad(p) again, so the caller may start communicating it at once.
   // Parameters of an unused branch get no gradient and no ready() call. With n == 0 nothing is added but
-  // ready() is still called for every used parameter. Throws std::logic_error before any forward.
+  // ready() is still called for every used parameter. Calling it again without a new forward adds the same
+  // gradients again. Throws std::logic_error before any forward.
   void backward(const std::function<void(int param)>& ready);
   // SGD with momentum (PyTorch's formula): v = momentum * v + g; p -= lr * v, for every parameter. A
   // parameter whose gradient was never written since construction still takes the step with g = its current
