@@ -182,7 +182,10 @@ void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
     }
     if (spinning && ++idle % 16 != 0) continue;
     auto now = Clock::now();
-    if (idle == 16) lastMove = now;  // first look at the clock since something moved
+    if (idle == 16) {  // first look at the clock since something moved; 17 keeps later looks from resetting it
+      lastMove = now;  // (with CHORUS_SPIN_US=0 idle stops at 16: the wait never slept nor timed out)
+      idle = 17;
+    }
     if (now - lastMove < spin) continue;
     spinning = false;
     if (now - lastMove < spin + yield) {  // let a runnable peer on our core go first, but keep polling

@@ -84,6 +84,39 @@ TEST(Shm, EveryWaitSleepsAndIsWokenWithEightRanks) {
   EXPECT_LT(secs, 30.0) << "8 sleeping ranks took " << secs << " s for " << iters << " allreduces";
 }
 
+// The same with work on a stream (run by the communicator's worker thread) between blocking calls, as the DDP
+// layer issues it: a small and a FIFO-sized AllReduce on a stream, then a blocking one. A wake frame read while
+// arming for sleep once left the sleeper's flag down (the peer clears it when it wakes us), so the next publish
+// woke nobody: about one operation in five waited out the 100 ms poll timeout. Counted per iteration, not as a
+// total time, so that one slow scheduling moment does not fail it.
+TEST(Shm, SleepingWaitersAreWokenBetweenStreamAndBlockingWork) {
+  Watchdog wd(120);
+  setenv("CHORUS_SPIN_US", "0", 1);
+  setenv("CHORUS_YIELD_US", "0", 1);
+  std::vector<int> stalls(2, 0);
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    chorusStream_t stream = nullptr;
+    check(chorusStreamCreate(comm, &stream), comm, "stream");
+    std::vector<float> big(140000, 1.0f);
+    int32_t control[2] = {1, 1};
+    double x = 1;
+    for (int it = 0; it < 200; ++it) {
+      auto t0 = std::chrono::steady_clock::now();
+      check(chorusAllReduce(control, control, 2, chorusInt32, chorusSum, comm, stream), comm, "control");
+      check(chorusAllReduce(big.data(), big.data(), big.size(), chorusFloat32, chorusAvg, comm, stream), comm, "big");
+      check(chorusStreamSynchronize(stream), comm, "sync");
+      check(chorusAllReduce(&x, &x, 1, chorusFloat64, chorusMax, comm, nullptr), comm, "blocking");
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(90)) ++stalls[static_cast<size_t>(r)];
+    }
+    check(chorusStreamDestroy(stream), comm, "stream destroy");
+  });
+  unsetenv("CHORUS_SPIN_US");
+  unsetenv("CHORUS_YIELD_US");
+  EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+  EXPECT_LE(stalls[0] + stalls[1], 2) << "iterations that waited out a poll timeout: " << stalls[0] << " + "
+                                      << stalls[1] << " of 200 per rank";
+}
+
 // Two "hosts" of two ranks each on this machine: pairs inside a host use shm, pairs across use tcp, and every
 // collective is still right.
 TEST(Shm, MixedHostsShareOneCommunicator) {

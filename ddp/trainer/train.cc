@@ -145,11 +145,11 @@ int main(int argc, char** argv) {
   Trace trace(nowUs());
   if (rank == 0 && !o.quiet)
     std::printf("# %d ranks, layers %d, width %d, batch %d x %d micro, %s%s%s\n"
-                "%6s %10s %10s %10s %10s %9s %12s\n",
+                "%6s %10s %10s %10s %10s %10s %9s %12s\n",
                 n, o.layers, o.width, o.batch, K, o.noOverlap ? "no overlap" : "overlap",
                 o.view ? ", gradient as bucket view" : "", o.check ? ", checked against one process" : "", "step",
-                "loss", "step_ms", "comm_ms", "exposed_ms", "overlap%", o.check ? "max_rel_diff" : "");
-  std::vector<double> stepMs, exposedMs, commMs;
+                "loss", "step_ms", "backward_ms", "comm_ms", "exposed_ms", "hidden%", o.check ? "max_rel_diff" : "");
+  std::vector<double> stepMs, backwardMs, exposedMs, commMs;
   std::vector<int> used(static_cast<size_t>(np), 1), pendingReady;
   double worstDiff = 0;
   bool identical = true;
@@ -211,6 +211,7 @@ int main(int argc, char** argv) {
     stepMs.push_back((t1 - t0) / 1000);
     exposedMs.push_back(st.exposedUs / 1000);
     commMs.push_back(st.commUs / 1000);
+    backwardMs.push_back(st.backwardUs / 1000);
     bytes = st.bytesSent;
 
     // Everything below is reporting, not timed.
@@ -235,8 +236,8 @@ int main(int argc, char** argv) {
     const double expPct = commMs.back() > 0 ? 100 * std::max(0.0, 1 - exposedMs.back() / commMs.back()) : 0;
     if (o.uneven) {  // ranks that joined answer only DDP's collectives: no per-step reporting collectives
       if (rank == 0 && !o.quiet)
-        std::printf("%6d %10s %10.2f %10.2f %10.2f %9.1f %12.3g (rank 0)\n", s, "-", stepMs.back(), commMs.back(),
-                    exposedMs.back(), expPct, diff);
+        std::printf("%6d %10s %10.2f %10.2f %10.2f %10.2f %9.1f %12.3g (rank 0)\n", s, "-", stepMs.back(),
+                    backwardMs.back(), commMs.back(), exposedMs.back(), expPct, diff);
       continue;
     }
     const double loss = allReduceSum(localLoss) / n;
@@ -246,8 +247,8 @@ int main(int argc, char** argv) {
     ck(chorusAllReduce(&hi, &hi, 1, chorusUint64, chorusMax, gComm, nullptr), "AllReduce (max)");
     identical = identical && lo == hi;
     if (rank == 0 && !o.quiet) {
-      std::printf("%6d %10.6f %10.2f %10.2f %10.2f %9.1f", s, loss, stepMs.back(), commMs.back(), exposedMs.back(),
-                  expPct);
+      std::printf("%6d %10.6f %10.2f %10.2f %10.2f %10.2f %9.1f", s, loss, stepMs.back(), backwardMs.back(),
+                  commMs.back(), exposedMs.back(), expPct);
       if (o.check) std::printf(" %12.3g%s", diff, lo == hi ? "" : "  replicas differ!");
       std::printf("\n");
     }
@@ -260,15 +261,15 @@ int main(int argc, char** argv) {
     return v.size() > 1 ? std::vector<double>(v.begin() + 1, v.end()) : v;
   };
   const double stepMed = allReduceMax(median(tail(stepMs))), commMed = allReduceMax(median(tail(commMs)));
-  const double expMed = allReduceMax(median(tail(exposedMs)));
+  const double expMed = allReduceMax(median(tail(exposedMs))), bwdMed = allReduceMax(median(tail(backwardMs)));
   if (!o.trace.empty() && !trace.write(gComm, o.trace)) return 1;
   size_t paramBytes = 0;
   for (size_t c : counts) paramBytes += c * sizeof(float);
   if (rank == 0) {
     std::printf("# summary: %d ranks, %zu parameters (%.2f MiB) in %d buckets, %s\n", n, paramBytes / 4,
                 static_cast<double>(paramBytes) / (1 << 20), nbuckets, o.noOverlap ? "no overlap" : "overlap");
-    std::printf("# median step %.2f ms, communication %.2f ms, exposed %.2f ms, hidden %.1f%%, sent %.2f MiB/step\n",
-                stepMed, commMed, expMed, commMed > 0 ? 100 * std::max(0.0, 1 - expMed / commMed) : 0,
+    std::printf("# median step %.2f ms, backward %.2f ms, communication %.2f ms, exposed %.2f ms, hidden %.1f%%, "
+                "sent %.2f MiB/step\n", stepMed, bwdMed, commMed, expMed, commMed > 0 ? 100 * std::max(0.0, 1 - expMed / commMed) : 0,
                 static_cast<double>(bytes) / (1 << 20));
     if (o.check)
       std::printf("# check: max relative difference to the single-process reference %.3g (limit %g)%s\n", worstDiff,

@@ -242,12 +242,15 @@ class ShmTransport final : public Transport {
   int waitFd() const override { return epoll_.get(); }
 
   bool armWake() override {
+    // Wake frames already here are read first: a peer clears our flag when it sends one, so reading a frame
+    // that arrives after the flag is raised (say for a released slot, while we wait for data) and then
+    // sleeping would leave the flag down and the next publish would not wake us (a 100 ms stall).
+    pollControl();
     for (Peer* p : active_) p->s()->asleep[p->side].v.store(1, std::memory_order_seq_cst);
     // The slow half of the asymmetric barrier in wake(): a full barrier on every CPU running a peer.
     if (registerMembarrier() && ::syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0)
       CHORUS_DEBUG(kNet, "membarrier failed ({}); a wake-up may be late by one poll timeout", std::strerror(errno));
     armed_ = true;
-    pollControl();
     for (Peer* p : active_)
       if (hasWork(*p) || p->gone) {
         disarm();
