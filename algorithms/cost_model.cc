@@ -86,11 +86,14 @@ namespace {
 // the direct exchange wins up to 4 KiB (4 ranks on 2 cores over shm, 8 B: 14.1 against 17.6 us; at 32 KiB it
 // loses, 29 against 22 us); recursive doubling up to 256 KiB (TCP: 67/225/323/1078 against the ring's
 // 74/385/612/1809 us for 2/3/4/8 ranks; shm, 2 ranks, 16 KiB: 7.2 against 3.6 GB/s busbw, 64 KiB 8.6 against
-// 6.6); halving-doubling up to 2 MiB with 4+ ranks (TCP 1 MiB, 4 ranks: 1.1 against 2.0 ms; shm 512 KiB 3.2
+// 6.6), and for 2 ranks over shm up to 512 KiB (below); halving-doubling up to 2 MiB with 4+ ranks (TCP 1 MiB, 4 ranks: 1.1 against 2.0 ms; shm 512 KiB 3.2
 // against 2.3 GB/s busbw); the pipelined ring above (shm, 4 ranks, 4 MiB: 2.8 against 2.4 GB/s).
 AllReduceAlgo measuredOneHostChoice(const CostModel& m, size_t bytes) {
   if (bytes <= 4096 && m.directAllowed) return AllReduceAlgo::Direct;
-  if (bytes <= 256 * 1024) return AllReduceAlgo::RecursiveDoubling;
+  // Two ranks over shm: one exchange of the whole buffer beats the ring's two phases up to 512 KiB (64 KiB slots;
+  // 2 ranks, 512 KiB, busbw GB/s in three interleaved runs: 14.6/13.4/14.6 against 12.5/12.1/12.6).
+  const size_t rdMax = m.nranks == 2 && m.allShm ? 512 * 1024 : 256 * 1024;
+  if (bytes <= rdMax) return AllReduceAlgo::RecursiveDoubling;
   if (m.nranks >= 4 && bytes <= 2 * 1024 * 1024) return AllReduceAlgo::HalvingDoubling;
   return AllReduceAlgo::Ring;
 }

@@ -41,7 +41,8 @@ struct CostModel {
   int maxPerHost = 1;     // ranks on the most populated host
   int hostTreeDepth = 0;  // edges on the deepest root-to-leaf path of the host-level double binary tree
   int treeLoad = 4;       // half-buffers the busiest rank sends in the two trees (2 with 2 hosts, else 4+)
-  bool directAllowed = false;  // every peer over shared memory and n > 2
+  bool allShm = false;         // every peer over shared memory
+  bool directAllowed = false;  // allShm and n > 2
   LinkCost local;         // between ranks of one host
   LinkCost net;           // between hosts (meaningful when hosts > 1)
   double reduceGBps = 30;  // reduction kernel (cache-resident), bytes of output per ns

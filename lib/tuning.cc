@@ -107,7 +107,8 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   // A chain inside a host adds its child in each tree to the head's load, and a rank inside a chain sends up and
   // down in both trees.
   m.treeLoad = m.maxPerHost > 1 ? std::max(trees.load + 2, 4) : trees.load;
-  m.directAllowed = comm.allPeersOverShm() && m.nranks > 2;
+  m.allShm = comm.allPeersOverShm();
+  m.directAllowed = m.allShm && m.nranks > 2;
   m.chunkBytes = comm.config().chunkBytes;
 
   // {us per MiB, step us, oversubscribed ranks}: summed over all ranks (only one leader per pair of hosts, or
