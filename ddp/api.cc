@@ -16,6 +16,7 @@ using namespace chorus;
 
 struct chorusDdp {
   std::unique_ptr<ddp::Reducer> reducer;
+  std::mutex mu;  // one call at a time per handle (a framework may report gradients from several threads)
 };
 
 namespace {
@@ -86,6 +87,7 @@ chorusResult_t withDdp(chorusDdp_t d, const char* fn, F&& body) {
   }
   ddp::Reducer& r = *d->reducer;
   return apiCall(r.comm(), [&] {
+    std::lock_guard<std::mutex> serial(d->mu);
     CallRef ref(r.comm(), "the communicator of ddp");
     body(r);
   });

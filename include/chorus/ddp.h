@@ -23,7 +23,8 @@
  *
  * Every call validates its arguments and its place in the step (chorusInvalidArgument / chorusInvalidUsage with
  * chorusGetLastError(comm) text naming the argument and the rank). Calls that communicate are collective: every
- * rank makes them in the same order. A dead peer makes them fail with chorusRemoteError naming it.
+ * rank makes them in the same order. A dead peer makes them fail with chorusRemoteError naming it. Calls on one
+ * handle may come from several threads; they run one at a time.
  */
 #ifndef CHORUS_DDP_H
 #define CHORUS_DDP_H
@@ -84,8 +85,8 @@ CHORUS_API chorusResult_t chorusDdpSetGradSync(chorusDdp_t ddp, int enabled);
 CHORUS_API chorusResult_t chorusDdpGradPointer(chorusDdp_t ddp, int param, void** grad);
 /* Collective with the other ranks' steps. This rank is out of data: it keeps answering the other ranks' steps
  * (buffer broadcasts, bucket AllReduces with zero gradients) until every rank has called chorusDdpJoin, then
- * returns. Gradients stay averaged over the full world size (joined ranks contribute zeros). Call between
- * steps; the handle can only be destroyed afterwards. */
+ * returns. Gradients stay averaged over the full world size (joined ranks contribute zeros; a joined rank's own
+ * gradients are overwritten). Call between steps; the handle can only be destroyed afterwards. */
 CHORUS_API chorusResult_t chorusDdpJoin(chorusDdp_t ddp);
 /* Replaces every bucket's AllReduce (and any compression); hook NULL restores the default. Same on every rank,
  * between steps. */
