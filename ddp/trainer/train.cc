@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
                 "%6s %10s %10s %10s %10s %10s %9s %12s\n",
                 n, o.layers, o.width, o.batch, K, o.noOverlap ? "no overlap" : "overlap",
                 o.view ? ", gradient as bucket view" : "", o.check ? ", checked against one process" : "", "step",
-                "loss", "step_ms", "backward_ms", "comm_ms", "exposed_ms", "hidden%", o.check ? "max_rel_diff" : "");
+                "loss", "step_ms", "backward_ms", "comm_ms", "exposed_ms", "overlap%", o.check ? "max_rel_diff" : "");
   std::vector<double> stepMs, backwardMs, exposedMs, commMs;
   std::vector<int> used(static_cast<size_t>(np), 1), pendingReady;
   double worstDiff = 0;
