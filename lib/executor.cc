@@ -40,56 +40,72 @@ void Executor::execute(const Fn& fn, chorusResult_t* rc, std::string* msg) {
 }
 
 void Executor::runBlocking(const Fn& fn) {
-  std::unique_lock<std::mutex> g(mu_);
-  if (queue_.empty() && !busy_) {
-    busy_ = true;
-    g.unlock();
+  bool idle = false;
+  if (queued_.load() == 0 && busy_.compare_exchange_strong(idle, true)) {  // the fast path: no lock
     chorusResult_t rc;
     std::string msg;
     execute(fn, &rc, &msg);
-    g.lock();
-    busy_ = false;
-    g.unlock();
-    cv_.notify_all();
+    releaseInline();
     if (rc != chorusSuccess) throw Error(rc, msg);
     return;
   }
+  std::unique_lock<std::mutex> g(mu_);
   auto done = std::make_shared<Completion>();
   queue_.push_back(Task{fn, {}, done});
+  queued_.fetch_add(1);
   if (!worker_.joinable()) worker_ = std::thread(&Executor::workerLoop, this);
   cv_.notify_all();
   cv_.wait(g, [&] { return done->finished; });
   if (done->rc != chorusSuccess) throw Error(done->rc, done->msg);
 }
 
+// Note [Inline fast path]: a blocking call on an idle executor claims busy_ with one compare-exchange and runs
+// on the caller's thread; no mutex is taken (four uncontended lock/unlock pairs per call cost ~0.03 us, 15% of
+// an 8-byte AllReduce between two ranks). Whoever may wait for it to finish (the worker with queued work, a
+// drain) is seen through queued_ / waiters_: those are raised before the waiter checks busy_, and released
+// here after busy_ is cleared, all seq_cst, so one side always sees the other and the notification (under the
+// mutex, so it cannot fall between a waiter's check and its wait) is never lost.
+void Executor::releaseInline() {
+  busy_.store(false);
+  if (queued_.load() != 0 || waiters_.load() != 0) {
+    std::lock_guard<std::mutex> g(mu_);
+    cv_.notify_all();
+  }
+}
+
 void Executor::enqueue(Fn fn, std::vector<chorusStream*> streams) {
   for (chorusStream* s : streams) s->add();
   std::lock_guard<std::mutex> g(mu_);
   queue_.push_back(Task{std::move(fn), std::move(streams), nullptr});
+  queued_.fetch_add(1);
   if (!worker_.joinable()) worker_ = std::thread(&Executor::workerLoop, this);
   cv_.notify_all();
 }
 
 void Executor::drain() {
   std::unique_lock<std::mutex> g(mu_);
-  cv_.wait(g, [&] { return queue_.empty() && !busy_; });
+  waiters_.fetch_add(1);  // before looking at busy_ (Note [Inline fast path])
+  cv_.wait(g, [&] { return queue_.empty() && !busy_.load(); });
+  waiters_.fetch_sub(1);
 }
 
 void Executor::workerLoop() {
   std::unique_lock<std::mutex> g(mu_);
   while (true) {
-    cv_.wait(g, [&] { return stop_ || (!queue_.empty() && !busy_); });
+    cv_.wait(g, [&] { return stop_ || (!queue_.empty() && !busy_.load()); });
     if (queue_.empty()) return;  // stop_ with nothing left
+    bool idle = false;
+    if (!busy_.compare_exchange_strong(idle, true)) continue;  // an inline call got there first
     Task t = std::move(queue_.front());
     queue_.pop_front();
-    busy_ = true;
+    queued_.fetch_sub(1);
     g.unlock();
     chorusResult_t rc;
     std::string msg;
     execute(t.fn, &rc, &msg);
     for (chorusStream* s : t.streams) s->finish(rc, msg);
     g.lock();
-    busy_ = false;
+    busy_.store(false);
     if (t.done) {
       t.done->finished = true;
       t.done->rc = rc;

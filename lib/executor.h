@@ -4,6 +4,7 @@
 // worker thread started on first use.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -41,13 +42,16 @@ class Executor {
     std::shared_ptr<struct Completion> done;  // set for a blocking caller waiting on the queue
   };
   void execute(const Fn& fn, chorusResult_t* rc, std::string* msg);
+  void releaseInline();  // after an operation ran on the caller's thread
   void workerLoop();
 
   Comm& comm_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;
-  bool busy_ = false;  // an operation is running (inline or on the worker)
+  std::deque<Task> queue_;                // guarded by mu_
+  std::atomic<int> queued_{0};            // queue_.size(), readable without mu_
+  std::atomic<int> waiters_{0};           // drain() calls waiting for the executor to become idle
+  std::atomic<bool> busy_{false};         // an operation is running (inline or on the worker)
   bool stop_ = false;
   std::thread worker_;
 };

@@ -23,6 +23,7 @@ class CallRef {
 
  private:
   Comm* comm_;
+  void* entry_ = nullptr;  // its slot in the lock-free table (Note [Call registry] in registry.cc), if any
 };
 
 bool commAlive(chorusComm_t c);

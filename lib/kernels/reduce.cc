@@ -276,16 +276,6 @@ bool convertFrom(void* dst, chorusDataType_t to, const void* src, size_t n, doub
 
 }  // namespace
 
-size_t dataTypeSize(chorusDataType_t dt) {
-  switch (dt) {
-    case chorusInt8: case chorusUint8: return 1;
-    case chorusFloat16: case chorusBfloat16: return 2;
-    case chorusInt32: case chorusUint32: case chorusFloat32: return 4;
-    case chorusInt64: case chorusUint64: case chorusFloat64: return 8;
-  }
-  return 0;
-}
-
 bool dataTypeValid(chorusDataType_t dt) { return dataTypeSize(dt) != 0; }
 
 bool redOpValid(chorusRedOp_t op) { return int(op) >= int(chorusSum) && int(op) <= int(chorusAvg); }

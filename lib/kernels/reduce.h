@@ -7,7 +7,16 @@
 
 namespace chorus::kernels {
 
-size_t dataTypeSize(chorusDataType_t dt);  // 0 for an unknown value
+// 0 for an unknown value. Inline: every operation asks it several times.
+inline size_t dataTypeSize(chorusDataType_t dt) {
+  switch (dt) {
+    case chorusInt8: case chorusUint8: return 1;
+    case chorusFloat16: case chorusBfloat16: return 2;
+    case chorusInt32: case chorusUint32: case chorusFloat32: return 4;
+    case chorusInt64: case chorusUint64: case chorusFloat64: return 8;
+  }
+  return 0;
+}
 bool dataTypeValid(chorusDataType_t dt);
 bool redOpValid(chorusRedOp_t op);
 const char* dataTypeName(chorusDataType_t dt);  // "int8" ... "bfloat16"; "unknown" otherwise
