@@ -24,12 +24,6 @@ namespace {
 std::mutex gMu;
 std::set<chorusDdp_t> gLive;  // handles not yet destroyed
 
-int rawInt(const chorusDataType_t& e) {  // an enum from C may hold any int
-  int v;
-  std::memcpy(&v, &e, sizeof v);
-  return v;
-}
-
 bool floatingType(int v) {
   return v == chorusFloat16 || v == chorusBfloat16 || v == chorusFloat32 || v == chorusFloat64;
 }
@@ -41,7 +35,7 @@ std::string readTensors(int n, void* const* data, const size_t* counts, const ch
   if (n > 0 && counts == nullptr) return fmt::format("counts is NULL with {} {}", n, dataName);
   if (n > 0 && types == nullptr) return fmt::format("datatypes is NULL with {} {}", n, dataName);
   for (int i = 0; i < n; ++i) {
-    const int t = rawInt(types[i]);
+    const int t = rawEnum(types[i]);
     if (!floatingType(t))
       return fmt::format("datatypes[{}]={} is not a floating-point chorusDataType_t (float16, bfloat16, float32, "
                          "float64): gradients are averaged", i, t);
@@ -215,12 +209,12 @@ chorusResult_t chorusDdpGetStats(chorusDdp_t d, chorusDdpStats* stats) {
   });
 }
 
-chorusResult_t chorusDdpBucketTiming(chorusDdp_t d, int bucket, double* launchedUs, double* finishedUs) {
+chorusResult_t chorusDdpBucketTiming(chorusDdp_t d, int bucket, double* startedUs, double* finishedUs) {
   return withDdp(d, "chorusDdpBucketTiming", [&](ddp::Reducer& r) {
     const int nb = static_cast<int>(r.buckets().size());
     if (bucket < 0 || bucket >= nb)
       fail(chorusInvalidArgument, "chorusDdpBucketTiming: bucket={} is outside [0, nbuckets={})", bucket, nb);
-    r.bucketTiming(bucket, launchedUs, finishedUs);
+    r.bucketTiming(bucket, startedUs, finishedUs);
   });
 }
 

@@ -209,10 +209,10 @@ void Reducer::launch(int bi) {
   comm_->executor().enqueue([&b] { b.finished = Clock::now(); }, {stream_});
 }
 
-void Reducer::bucketTiming(int bi, double* launched, double* finished) const {
+void Reducer::bucketTiming(int bi, double* started, double* finished) const {
   const Bucket& b = buckets_[static_cast<size_t>(bi)];
-  const bool ran = b.launched >= backwardStart_ && b.finished >= b.launched;
-  if (launched != nullptr) *launched = ran ? us(b.launched - backwardStart_) : -1;
+  const bool ran = b.launched >= backwardStart_ && b.finished >= b.started;
+  if (started != nullptr) *started = ran ? us(b.started - backwardStart_) : -1;
   if (finished != nullptr) *finished = ran ? us(b.finished - backwardStart_) : -1;
 }
 
@@ -259,8 +259,8 @@ void Reducer::finalizeBackward() {
         contribute(p, !used_.locallyUsed(p));
       }
     launchReady();
-    check(comm_, chorusAllReduce(used_.globalCounts(), used_.globalCounts(), used_.size(), chorusInt32, chorusSum,
-                                 comm_, stream_),
+    int32_t* counts = used_.globalCounts();
+    check(comm_, chorusAllReduce(counts, counts, used_.size(), chorusInt32, chorusSum, comm_, stream_),
           "the used-parameter AllReduce");
   }
   wait();
@@ -271,10 +271,11 @@ void Reducer::finalizeBackward() {
   writeBack();
   const auto done = Clock::now();
   stats_.exposedUs = us(done - entered);
+  // A bucket's communication runs once it is launched and the bucket before it has finished (issue order).
   Clock::time_point busyUntil{};
-  for (const Bucket& b : buckets_) {
-    const auto start = std::max(b.launched, busyUntil);
-    if (b.finished > start) stats_.commUs += us(b.finished - start);
+  for (Bucket& b : buckets_) {
+    b.started = std::max(b.launched, busyUntil);
+    if (b.finished > b.started) stats_.commUs += us(b.finished - b.started);
     busyUntil = std::max(busyUntil, b.finished);
   }
   stats_.bytesSent = comm_->bytesSent() - bytesAtStart_;
@@ -333,10 +334,11 @@ void Reducer::join() {
       std::fill(buckets_[b].data.begin(), buckets_[b].data.end(), 0);
       launch(static_cast<int>(b));
     }
-    if (opt_.findUnused)
-      check(comm_, chorusAllReduce(used_.zeroCounts(), used_.zeroCounts(), used_.size(), chorusInt32, chorusSum,
-                                   comm_, stream_),
+    if (opt_.findUnused) {
+      int32_t* zeros = used_.zeroCounts();
+      check(comm_, chorusAllReduce(zeros, zeros, used_.size(), chorusInt32, chorusSum, comm_, stream_),
             "the used-parameter AllReduce");
+    }
     wait();
   }
   phase_ = Phase::Joined;

@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -63,8 +62,9 @@ class Reducer {
   int rank() const { return rank_; }
   const std::vector<BucketLayout>& buckets() const { return layout_; }
   const chorusDdpStats& stats() const { return stats_; }
-  // The last synchronised backward's launch and finish of bucket b, us since prepare-for-backward; -1: never.
-  void bucketTiming(int b, double* launched, double* finished) const;
+  // When bucket b's communication ran in the last synchronised backward, us since prepare-for-backward; -1:
+  // never.
+  void bucketTiming(int b, double* started, double* finished) const;
   chorusComm_t comm() const { return comm_; }
 
  private:
@@ -74,7 +74,7 @@ class Reducer {
     std::vector<uint8_t> data;        // the parameters' gradients, contiguous, in layout order
     std::vector<uint8_t> compressed;  // the 16-bit copy sent with compression
     int pending = 0;                  // gradients still to come in this backward
-    Clock::time_point launched, finished;
+    Clock::time_point launched, started, finished;  // handed to the communicator, running, done
   };
   struct Slot {
     int bucket;

@@ -23,8 +23,6 @@ struct Check {
   [[noreturn]] void bad(chorusResult_t code, fmt::format_string<Args...> f, Args&&... args) const {
     throw Error(code, fmt::format("{} on rank {}: {}", fn, comm.rank(), fmt::format(f, std::forward<Args>(args)...)));
   }
-  // Enums arrive from C and may hold any int: read them as int (loading an out-of-range value through the
-  // enum type is undefined in C++) and only use the enum once it is known to be valid.
   size_t dtype(const chorusDataType_t& dt) const {
     int v = rawEnum(dt);
     if (v < 0 || v > chorusBfloat16) bad(chorusInvalidArgument, "datatype={} is not a chorusDataType_t", v);
@@ -33,13 +31,6 @@ struct Check {
   void op(const chorusRedOp_t& o) const {
     int v = rawEnum(o);
     if (v < 0 || v > chorusAvg) bad(chorusInvalidArgument, "op={} is not a chorusRedOp_t", v);
-  }
-  template <typename E>
-  static int rawEnum(const E& e) {
-    static_assert(sizeof(E) == sizeof(int));
-    int v;
-    std::memcpy(&v, &e, sizeof v);
-    return v;
   }
   void rank(int r, const char* name) const {
     if (r < 0 || r >= comm.nranks())

@@ -196,13 +196,10 @@ int main(int argc, char** argv) {
       ck(chorusDdpGetStats(ddp, &st), "chorusDdpGetStats");
       if (m == K - 1) {
         ck(chorusDdpBucketCount(ddp, &nbuckets), "chorusDdpBucketCount");
-        double busyUntil = 0;  // a bucket runs once launched and once the one before it has finished
         for (int b = 0; b < nbuckets; ++b) {
-          double l = 0, f = 0;
-          ck(chorusDdpBucketTiming(ddp, b, &l, &f), "chorusDdpBucketTiming");
-          if (l < 0) continue;
-          trace.comm("bucket " + std::to_string(b), tb + std::max(l, busyUntil), tb + f);
-          busyUntil = f;
+          double started = 0, finished = 0;
+          ck(chorusDdpBucketTiming(ddp, b, &started, &finished), "chorusDdpBucketTiming");
+          if (started >= 0) trace.comm("bucket " + std::to_string(b), tb + started, tb + finished);
         }
       }
     }

@@ -104,9 +104,9 @@ typedef struct {
 } chorusDdpStats;
 CHORUS_API chorusResult_t chorusDdpGetStats(chorusDdp_t ddp, chorusDdpStats* stats);
 /* When a bucket's communication ran in the last synchronised backward, in microseconds since its
- * chorusDdpPrepareForBackward: launched (handed to the communicator) and finished; both -1 if it was not
- * launched. For traces; either pointer may be NULL. */
-CHORUS_API chorusResult_t chorusDdpBucketTiming(chorusDdp_t ddp, int bucket, double* launchedUs, double* finishedUs);
+ * chorusDdpPrepareForBackward: started (launched and the bucket before it finished) and finished; both -1 if it
+ * was not launched. For traces; either pointer may be NULL. */
+CHORUS_API chorusResult_t chorusDdpBucketTiming(chorusDdp_t ddp, int bucket, double* startedUs, double* finishedUs);
 /* Waits for outstanding communication and frees the handle (not the communicator). */
 CHORUS_API chorusResult_t chorusDdpDestroy(chorusDdp_t ddp);
 
