@@ -6,7 +6,7 @@
 // communicator is created: Comm::calibrate, lib/comm.cc). Steps and bytes per algorithm, n ranks, S bytes:
 //   ring   2(n-1) steps, 2(n-1)/n S on each link, (n-1)/n S reduced, overlapped with the transfer (pipelined)
 //   tree   2 * (depth of the host tree + ranks per host - 1) steps, 2S on an interior rank's link (S with 2
-//          hosts: treeLoad) plus the pipeline's fill (a chunk per step), S reduced, overlapped
+//          hosts: treeLoad) plus the pipeline's fill (a chunk per step but two), S reduced, overlapped
 //          (Note [Double binary tree], algorithms/tree.cc)
 //   recursive doubling   log2(p) steps (+2 folding n onto a power of two p) of the whole buffer each
 //   halving-doubling     2 log2(p) steps (+2), 2(p-1)/p S (+2S folding), (p-1)/p S reduced

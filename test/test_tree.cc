@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -81,4 +82,27 @@ TEST(Tree, SimulatedHostsWithDelayedLinks) {
     if (r.status == 77) GTEST_SKIP() << r.output;
     expectAllRanksOk(r, 4, cmd);
   }
+}
+
+// The simulated link delivers no faster than its rate even after an idle spell (scripts/nfq_delay.c serialises on
+// the receiving side): 200 KiB fit tbf's 256 KiB bucket, which alone let them arrive within ~1 ms; at 100 Mbit/s
+// the bytes after the first read need at least their size / rate. Only the lower bound is held (a busy machine
+// can only make it later).
+TEST(Tree, SimulatedLinkDeliversAtItsRate) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces (scripts/netns-cluster)";
+  Watchdog wd(300);
+  const std::string src = std::getenv("TEST_SOURCE_DIR") ? std::getenv("TEST_SOURCE_DIR") : "..";
+  const std::string cmd = src + "/scripts/netns-cluster -k 2 --rate 100mbit --delay-ms 0 --timeout 120 -- python3 " +
+                          src + "/test/link_rate_check.py 204800";
+  RunResult r = runShell(cmd);
+  if (r.status == 77) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.status, 0) << cmd << "\n" << r.output;
+  long got = 0, after = 0;
+  double ms = 0;
+  const size_t at = r.output.find("received ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "received %ld bytes, %ld after the first read, in %lf ms", &got, &after, &ms), 3)
+      << r.output;
+  EXPECT_EQ(got, 204800);
+  EXPECT_GE(ms, after * 8 / 100e6 * 1e3) << r.output;
 }
