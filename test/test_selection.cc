@@ -2,6 +2,7 @@
 // choices (algorithms/cost_model.h), both pure functions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "algorithms/cost_model.h"
@@ -107,6 +108,28 @@ TEST(CostModel, SlowLinksPreferTheTreeForSmallAndTheRingForLargeMessages) {
   EXPECT_EQ(m.chooseAllReduce(ringOrTree, 64 << 20), AllReduceAlgo::Ring);
   // The ring's bandwidth term: 2 (n-1)/n S at 0.117 GB/s.
   EXPECT_NEAR(m.allReduceUs(AllReduceAlgo::Ring, 64 << 20), 2 * 7.0 / 8 * (64 << 20) / 117.0, 0.1 * 1e6);
+}
+
+// Across hosts recursive doubling and halving-doubling need a 15% predicted lead over the ring and the tree
+// (cost_model.cc): below it the ring is kept even where the alpha-beta form puts them slightly ahead.
+TEST(CostModel, UnpipelinedAlgorithmsNeedAMarginAcrossHosts) {
+  CostModel m = slowCluster(8);
+  for (size_t b = 8; b <= (size_t{1} << 28); b *= 2) {
+    const double ring = m.allReduceUs(AllReduceAlgo::Ring, b), tree = m.allReduceUs(AllReduceAlgo::Tree, b);
+    const double hd = m.allReduceUs(AllReduceAlgo::HalvingDoubling, b);
+    const double rd = m.allReduceUs(AllReduceAlgo::RecursiveDoubling, b);
+    const double pipelined = std::min(ring, tree), unpipelined = std::min(hd, rd);
+    const AllReduceAlgo got = m.chooseAllReduce(kAlgoAll, b);
+    if (unpipelined < 0.85 * pipelined)
+      EXPECT_EQ(got, hd < rd ? AllReduceAlgo::HalvingDoubling : AllReduceAlgo::RecursiveDoubling) << b;
+    else
+      EXPECT_EQ(got, ring <= tree ? AllReduceAlgo::Ring : AllReduceAlgo::Tree) << b;
+  }
+  // Large messages: halving-doubling's alpha-beta time is within 1% of the ring's, so the ring is chosen.
+  EXPECT_LT(m.allReduceUs(AllReduceAlgo::HalvingDoubling, 64 << 20), m.allReduceUs(AllReduceAlgo::Ring, 64 << 20));
+  EXPECT_EQ(m.chooseAllReduce(kAlgoAll, 64 << 20), AllReduceAlgo::Ring);
+  // Small ones: recursive doubling's 3 steps against the tree's 6.
+  EXPECT_EQ(m.chooseAllReduce(kAlgoAll, 8), AllReduceAlgo::RecursiveDoubling);
 }
 
 TEST(CostModel, CrossoversListEveryChange) {
