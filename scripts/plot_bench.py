@@ -2,22 +2,26 @@
 """Plots nccl-tests-style tables: busbw and time per operation against size, one line per series, and prints the
 same data as a markdown table of times. Inputs are run folders holding <series>-<nranks>.txt files (the layout
 of scripts/bench_cluster.sh and bench_vs_peers.sh: size in field 1, time us in field 5, busbw GB/s in field 7);
-the best (lowest time) of the runs is taken per size, and busbw is recomputed from it (allreduce factor). Needs /usr/bin/python3 with python3-matplotlib for --png.
+per size the median of the runs' times is taken (--stat best: the lowest), and busbw is recomputed from it
+(allreduce factor). Needs /usr/bin/python3 with python3-matplotlib for --png.
 
-usage: plot_bench.py [--png FILE] [--title TEXT] FOLDER...
+usage: plot_bench.py [--png FILE] [--title TEXT] [--stat median|best] FOLDER...
 """
 import argparse
 import collections
 import os
 import re
+import statistics
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--png")
 ap.add_argument("--title", default="allreduce")
+ap.add_argument("--stat", choices=("median", "best"), default="median")
 ap.add_argument("folders", nargs="+")
 args = ap.parse_args()
 
-best = collections.defaultdict(dict)  # series -> size -> (time us, busbw)
+times = collections.defaultdict(lambda: collections.defaultdict(list))  # series -> size -> [time us]
+ranks = {}  # series -> nranks
 for folder in args.folders:
     for name in sorted(os.listdir(folder)):
         m = re.match(r"(.+)-(\d+)\.txt$", name)
@@ -33,10 +37,17 @@ for folder in args.folders:
                     size, t = int(p[0]), float(p[4])
                 except ValueError:
                     continue
-                # busbw from the time (the tables round it to 0.01 GB/s): allreduce factor 2(n-1)/n
-                bw = size / t / 1e3 * 2 * (nranks - 1) / nranks if t > 0 else 0.0
-                if size not in best[series] or t < best[series][size][0]:
-                    best[series][size] = (t, bw)
+                times[series][size].append(t)
+                ranks[series] = nranks
+
+pick = statistics.median if args.stat == "median" else min
+best = collections.defaultdict(dict)  # series -> size -> (time us, busbw)
+for series, bysize in times.items():
+    n = ranks[series]
+    for size, ts in bysize.items():
+        t = pick(ts)
+        # busbw from the time (the tables round it to 0.01 GB/s): allreduce factor 2(n-1)/n
+        best[series][size] = (t, size / t / 1e3 * 2 * (n - 1) / n if t > 0 else 0.0)
 
 if not best:
     raise SystemExit("plot_bench: no tables found in " + " ".join(args.folders))
@@ -51,7 +62,8 @@ def label(size):
 
 names = sorted(best)
 sizes = sorted({s for v in best.values() for s in v})
-print(f"time per operation (us), best of the runs; {args.title}")
+runs = max(len(ts) for v in times.values() for ts in v.values())
+print(f"time per operation (us), {args.stat} of {runs} run(s); {args.title}")
 print("| size | " + " | ".join(names) + " |")
 print("|---|" + "---|" * len(names))
 for s in sizes:

@@ -2,22 +2,24 @@
 """Holds the cost model against measurements: for every model-<n>.txt (the output of `chorus_info --comm` on n
 ranks, which prints every algorithm's predicted time at 8 B * 4^k) next to chorus-RING-<n>.txt and
 chorus-TREE-<n>.txt (all_reduce_perf -P 1 tables) in the given run folders, prints predicted against measured
-time (best of the runs) and the relative error per size, and the largest error per algorithm and rank count.
+time (median of the runs; --stat best: the lowest) and the relative error per size, and the largest error per algorithm and rank count.
 
-usage: validate_model.py [--max-bytes N] FOLDER...
+usage: validate_model.py [--max-bytes N] [--stat median|best] FOLDER...
 """
 import argparse
 import collections
 import os
 import re
+import statistics
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--max-bytes", type=int, default=1 << 40)
+ap.add_argument("--stat", choices=("median", "best"), default="median")
 ap.add_argument("folders", nargs="+")
 args = ap.parse_args()
 
-measured = collections.defaultdict(dict)  # (algo, n) -> size -> best us
-predicted = collections.defaultdict(dict)  # (algo, n) -> size -> us
+runs = collections.defaultdict(lambda: collections.defaultdict(list))  # (algo, n) -> size -> [us]
+predictions = collections.defaultdict(lambda: collections.defaultdict(list))  # (algo, n) -> size -> [us]
 model_line = {}
 for folder in args.folders:
     for name in sorted(os.listdir(folder)):
@@ -32,8 +34,7 @@ for folder in args.folders:
                         size, t = int(p[0]), float(p[4])
                     except ValueError:
                         continue
-                    if size not in measured[key] or t < measured[key][size]:
-                        measured[key][size] = t
+                    runs[key][size].append(t)
             continue
         m = re.match(r"model-(\d+)\.txt$", name)
         if m:
@@ -47,8 +48,14 @@ for folder in args.folders:
                     continue
                 p = line.split()
                 if table and len(p) >= 3 and p[0].isdigit():
-                    predicted[("ring", n)][int(p[0])] = float(p[1])
-                    predicted[("tree", n)][int(p[0])] = float(p[2])
+                    predictions[("ring", n)][int(p[0])].append(float(p[1]))
+                    predictions[("tree", n)][int(p[0])].append(float(p[2]))
+
+# Each run's communicator measured its own alpha and beta: its predictions go with its measurements, and both
+# are summarised the same way.
+pick = statistics.median if args.stat == "median" else min
+measured = {k: {size: pick(ts) for size, ts in v.items()} for k, v in runs.items()}
+predicted = {k: {size: pick(ts) for size, ts in v.items()} for k, v in predictions.items()}
 
 worst = {}
 for n in sorted({k[1] for k in predicted}):
