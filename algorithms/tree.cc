@@ -28,6 +28,7 @@
 // output directly, which is safe: a down chunk can only arrive after the parent received our up chunk, i.e.
 // after we stopped reading that part of the output.
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "algorithms/collective.h"
@@ -47,15 +48,13 @@ struct Key {
   size_t c;
   int depth;
   int t;
+  bool up() const { return kind == 0; }
   auto operator<=>(const Key&) const = default;
 };
 
 struct Recv {  // an up message (c, t) from children[t][child], or a down message (c, t) from the parent
   Key key;
   int peer;
-  int t;
-  size_t c;
-  bool up;
   int child;
   int slot = -1;
   bool fused = false;
@@ -67,16 +66,25 @@ struct Send {
   int peer;
   const uint8_t* buf;
   size_t len;
-  int t;
-  size_t c;
-  bool up;
   Request req;
 };
 
-int depthInTree(const std::vector<int>& hostOf, int r, int t) {
-  int d = 0;
-  for (int x = hostTree(hostOf, r, t).parent; x >= 0; x = hostTree(hostOf, x, t).parent) ++d;
-  return d;
+// One peer's messages (receives or sends), as indices into their list, in that list's order.
+struct PeerQueue {
+  int peer;
+  std::vector<size_t> items;
+  size_t next = 0;
+};
+
+template <typename Message>
+std::vector<PeerQueue> byPeer(const std::vector<Message>& messages) {
+  std::vector<PeerQueue> queues;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    auto q = std::find_if(queues.begin(), queues.end(), [&](const PeerQueue& x) { return x.peer == messages[i].peer; });
+    if (q == queues.end()) q = queues.insert(queues.end(), PeerQueue{messages[i].peer, {}, 0});
+    q->items.push_back(i);
+  }
+  return queues;
 }
 
 }  // namespace
@@ -105,7 +113,7 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
     if (C[t] > 0) slotBytes = std::max(slotBytes, ((len[t] + C[t] - 1) / C[t]) * es);
   uint8_t* slots = comm.scratch(slotBytes * kSlots, 0);
 
-  const int depth[2] = {depthInTree(comm.hostOf(), r, 0), depthInTree(comm.hostOf(), r, 1)};
+  const int depth[2] = {hostTreeDepth(comm.hostOf(), r, 0), hostTreeDepth(comm.hostOf(), r, 1)};
   auto upKey = [](size_t c, int t, int d) { return Key{0, c, -d, t}; };
   auto downKey = [](size_t c, int t, int d) { return Key{1, c, d, t}; };
 
@@ -120,19 +128,17 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
       range(t, c, &off, &bytes);
       const std::vector<int>& kids = links[t].children;
       for (int k = 0; k < static_cast<int>(kids.size()); ++k) {
-        recvs.push_back({upKey(c, t, depth[t] + 1), kids[static_cast<size_t>(k)], t, c, true, k, -1, false, {}});
-        sends.push_back({downKey(c, t, depth[t] + 1), kids[static_cast<size_t>(k)], out + off, bytes, t, c, false, {}});
+        recvs.push_back({upKey(c, t, depth[t] + 1), kids[static_cast<size_t>(k)], k, -1, false, {}});
+        sends.push_back({downKey(c, t, depth[t] + 1), kids[static_cast<size_t>(k)], out + off, bytes, {}});
       }
       if (links[t].parent >= 0) {
-        recvs.push_back({downKey(c, t, depth[t]), links[t].parent, t, c, false, -1, -1, false, {}});
-        sends.push_back({upKey(c, t, depth[t]), links[t].parent, kids.empty() ? in + off : out + off, bytes, t, c,
-                         true, {}});
+        recvs.push_back({downKey(c, t, depth[t]), links[t].parent, -1, -1, false, {}});
+        sends.push_back({upKey(c, t, depth[t]), links[t].parent, kids.empty() ? in + off : out + off, bytes, {}});
       }
     }
   std::sort(recvs.begin(), recvs.end(),
             [](const Recv& x, const Recv& y) { return std::tie(x.key, x.child) < std::tie(y.key, y.child); });
-  std::sort(sends.begin(), sends.end(),
-            [](const Send& x, const Send& y) { return std::tie(x.peer, x.key) < std::tie(y.peer, y.key); });
+  std::sort(sends.begin(), sends.end(), [](const Send& x, const Send& y) { return x.key < y.key; });
 
   // Per tree and chunk: children's up messages still to reduce, and whether the result is here.
   std::vector<int> upsLeft[2];
@@ -152,19 +158,10 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   };
 
   // Receives are posted per peer in key order; ups also take staging slots in key order (upOrder).
-  struct PeerQueue {
-    int peer;
-    std::vector<size_t> recvs;  // indices into recvs, in key order
-    size_t next = 0;
-  };
-  std::vector<PeerQueue> queues;
+  std::vector<PeerQueue> recvQueues = byPeer(recvs);
   std::vector<size_t> upOrder;
-  for (size_t i = 0; i < recvs.size(); ++i) {
-    if (recvs[i].up) upOrder.push_back(i);
-    auto q = std::find_if(queues.begin(), queues.end(), [&](const PeerQueue& x) { return x.peer == recvs[i].peer; });
-    if (q == queues.end()) q = queues.insert(queues.end(), PeerQueue{recvs[i].peer, {}, 0});
-    q->recvs.push_back(i);
-  }
+  for (size_t i = 0; i < recvs.size(); ++i)
+    if (recvs[i].key.up()) upOrder.push_back(i);
   std::vector<int> freeSlots;
   for (int i = kSlots - 1; i >= 0; --i) freeSlots.push_back(i);
   size_t upGranted = 0, handled = 0;
@@ -173,14 +170,14 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   auto postRecvs = [&] {
     for (bool moved = true; moved;) {
       moved = false;
-      for (PeerQueue& q : queues)
-        while (q.next < q.recvs.size()) {
-          const size_t i = q.recvs[q.next];
+      for (PeerQueue& q : recvQueues)
+        while (q.next < q.items.size()) {
+          const size_t i = q.items[q.next];
           Recv& m = recvs[i];
+          if (m.key.up() && (upOrder[upGranted] != i || freeSlots.empty())) break;
           size_t off, bytes;
-          range(m.t, m.c, &off, &bytes);
-          if (m.up) {
-            if (upOrder[upGranted] != i || freeSlots.empty()) break;
+          range(m.key.t, m.key.c, &off, &bytes);
+          if (m.key.up()) {
             ++upGranted;
             m.slot = freeSlots.back();
             freeSlots.pop_back();
@@ -204,16 +201,18 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
       }
       open.erase(open.begin() + static_cast<long>(k));
       ++handled;
-      if (!m.up) {
-        resultHere[m.t][m.c] = 1;
+      const int t = m.key.t;
+      const size_t c = m.key.c;
+      if (!m.key.up()) {
+        resultHere[t][c] = 1;
         continue;
       }
-      if (--upsLeft[m.t][m.c] > 0) continue;
+      if (--upsLeft[t][c] > 0) continue;
       // Every child's chunk (c, t) is here: reduce them in child order into the output.
       size_t off, bytes;
-      range(m.t, m.c, &off, &bytes);
+      range(t, c, &off, &bytes);
       const size_t first = static_cast<size_t>(&m - recvs.data()) - static_cast<size_t>(m.child);
-      for (size_t k2 = 0; k2 < links[m.t].children.size(); ++k2) {
+      for (size_t k2 = 0; k2 < links[t].children.size(); ++k2) {
         Recv& v = recvs[first + k2];
         if (!v.fused) {
           const uint8_t* acc = k2 == 0 ? in + off : out + off;
@@ -221,27 +220,23 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
         }
         freeSlots.push_back(v.slot);
       }
-      finishUp(m.t, m.c);
+      finishUp(t, c);
     }
   };
   // Sends go out per peer in key order, each once its data is ready.
-  std::vector<size_t> nextSend, peerEnd;  // per distinct peer: the next and the end index into sends
-  for (size_t i = 0; i < sends.size(); ++i)
-    if (i == 0 || sends[i].peer != sends[i - 1].peer) nextSend.push_back(i);
-  for (size_t k = 0; k < nextSend.size(); ++k) peerEnd.push_back(k + 1 < nextSend.size() ? nextSend[k + 1] : sends.size());
+  std::vector<PeerQueue> sendQueues = byPeer(sends);
   auto postSends = [&] {
-    for (size_t k = 0; k < nextSend.size(); ++k)
-      while (nextSend[k] < peerEnd[k]) {
-        Send& s = sends[nextSend[k]];
-        bool ready = s.up ? upsLeft[s.t][s.c] == 0 : resultHere[s.t][s.c] != 0;
-        if (!ready) break;
+    for (PeerQueue& q : sendQueues)
+      for (; q.next < q.items.size(); ++q.next) {
+        Send& s = sends[q.items[q.next]];
+        const Key& k = s.key;
+        if (k.up() ? upsLeft[k.t][k.c] != 0 : resultHere[k.t][k.c] == 0) break;
         comm.isend(s.peer, s.buf, s.len, tag, &s.req);
-        ++nextSend[k];
       }
   };
   auto allSent = [&] {
-    for (size_t k = 0; k < nextSend.size(); ++k)
-      if (nextSend[k] < peerEnd[k]) return false;
+    for (const PeerQueue& q : sendQueues)
+      if (q.next < q.items.size()) return false;
     return true;
   };
 

@@ -69,6 +69,16 @@ TreeLinks hostTree(const std::vector<int>& hostOf, int r, int t) {
   return links;
 }
 
+int hostTreeDepth(const std::vector<int>& hostOf, int r, int t) {
+  const int hosts = *std::max_element(hostOf.begin(), hostOf.end()) + 1;
+  const int h = hostOf[static_cast<size_t>(r)];
+  int depth = 0;  // ranks ahead of r in its chain: lower ones in tree 0, higher ones in tree 1
+  for (int x = 0; x < static_cast<int>(hostOf.size()); ++x)
+    if (hostOf[static_cast<size_t>(x)] == h && (t == 0 ? x < r : x > r)) ++depth;
+  for (int x = doubleTree(hosts, h, t).parent; x >= 0; x = doubleTree(hosts, x, t).parent) ++depth;
+  return depth;
+}
+
 DoubleTreeStats doubleTreeStats(int n) {
   DoubleTreeStats s;
   for (int r = 0; r < n; ++r) {

@@ -39,6 +39,10 @@ struct TreeLinks {
 // with the other hosts' chain heads. With one rank per host it is the double binary tree itself.
 TreeLinks hostTree(const std::vector<int>& hostOf, int r, int t);
 
+// Rank r's depth (edges from the root) in hostTree(hostOf, ., t): its place in its host's chain plus its host's
+// depth in the double binary tree over hosts. One pass over hostOf, not a walk up hostTree's parents.
+int hostTreeDepth(const std::vector<int>& hostOf, int r, int t);
+
 // What the cost model needs of the double binary tree over n nodes: `depth`, the edges on the longest
 // root-to-leaf path of either tree, and `load`, the messages (half-buffers) the busiest node sends per chunk:
 // one up in each tree where it has a parent, one down per child (2 for n = 2, 4 for most larger n).

@@ -173,6 +173,11 @@ TEST(TreeShape, RandomHostLayoutsGiveTrees) {
         if (tree[static_cast<size_t>(r)].parent < 0) root = r;
       expectTree(tree, root, "trial " + std::to_string(trial) + " tree " + std::to_string(t));
       for (int r = 0; r < n; ++r) EXPECT_LE(tree[static_cast<size_t>(r)].children.size(), 3u);
+      for (int r = 0; r < n; ++r) {
+        int walked = 0;
+        for (int x = tree[static_cast<size_t>(r)].parent; x >= 0; x = tree[static_cast<size_t>(x)].parent) ++walked;
+        EXPECT_EQ(hostTreeDepth(hostOf, r, t), walked) << "trial " << trial << " tree " << t << " rank " << r;
+      }
     }
   }
 }
