@@ -112,9 +112,9 @@ AllReduceAlgo CostModel::chooseAllReduce(unsigned allowed, size_t bytes, double*
   } else {
     // Across hosts the unpipelined algorithms (recursive doubling, halving-doubling: every step moves its whole
     // piece before the next starts) must be predicted kUnpipelinedMargin faster than the ring and the tree. On the
-    // simulated cluster (8 hosts, 1 Gbit/s, 0.5 ms) they ran 10-32% slower than predicted from 128 KiB up (2 MiB:
-    // halving-doubling 45.6 ms against the ring's 39.9; 16 MiB: 352 against 256), the ring and the tree within 12%
-    // of theirs; where they win by more than the margin (8 B to 1 MiB) they still win measured.
+    // simulated cluster (8 hosts, 1 Gbit/s, 0.5 ms) halving-doubling ran 7-10% slower than predicted from 512 KiB
+    // to 8 MiB, the ring up to 17% faster (2 MiB: 39.3 ms against the ring's 36.8; 8 MiB: 143.6 against 130.1);
+    // where they win by more than the margin (8 B to 512 KiB) they still win measured.
     constexpr double kUnpipelinedMargin = 0.85;
     const double margin = hosts > 1 ? kUnpipelinedMargin : 1.0;
     AllReduceAlgo other = AllReduceAlgo::Ring;
