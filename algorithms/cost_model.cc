@@ -55,16 +55,24 @@ double CostModel::allReduceUs(AllReduceAlgo a, size_t bytes) const {
   const int fold = p == nranks ? 0 : 2;
   if (nranks == 1) return S / (local.gbps * 1e3);
   switch (a) {
-    case AllReduceAlgo::Ring:  // pipelined: the reduction of one chunk overlaps the transfer of the next
-      return 2 * (n - 1) * link.alphaUs + std::max(2 * (n - 1) / n * S / bw, (n - 1) / n * S / red);
+    case AllReduceAlgo::Ring: {
+      // Pipelined in C chunks of time t per segment: the first chunk's path of 2(n-1) hops, each alpha + t, then
+      // the others one t apart; or, where the links never wait, 2(n-1) C t (the segments) after one alpha. The
+      // reduction of one chunk overlaps the transfer of the next. (The plain sum 2(n-1) alpha + bytes / beta
+      // came out 19-25% above the measured time at 512 KiB-1 MiB on 4 and 8 simulated hosts.)
+      const double steps = 2 * (n - 1), seg = S / n;
+      const double C = std::max(1.0, std::ceil(seg / static_cast<double>(chunkBytes))), t = seg / C / bw;
+      return std::max(steps * (link.alphaUs + t) + (C - 1) * t,
+                      link.alphaUs + std::max(steps * C * t, (n - 1) / n * S / red));
+    }
     case AllReduceAlgo::Tree: {
+      // A pipeline of k chunks per tree: the first chunk's path (up and down, `steps` hops of alpha + t), then
+      // one period of the busiest link (treeLoad chunks) per further chunk:
+      //     latency + steps t + (k - 1) treeLoad t = latency + treeLoad (S/2) / beta + (steps - treeLoad) t.
       const double chunk = std::min(S / 2, static_cast<double>(treeChunkBytes(bytes, chunkBytes)));
       const double latency = 2 * (hostTreeDepth * net.alphaUs + (maxPerHost - 1) * local.alphaUs);
-      // The pipeline's fill: a chunk per step, less the first hop up and the last hop down, which the busiest
-      // link spends on what is ready from the start (a leaf's ups in the other tree). Measured on the netns
-      // cluster (1 Gbit/s, 0.5 ms, 128-512 KiB): no fill on 2 and 4 hosts, 4 chunks on 8 (hostTreeDepth 3).
       const int steps = 2 * (hostTreeDepth + maxPerHost - 1);
-      return latency + std::max((treeLoad * S / 2 + std::max(0, steps - 2) * chunk) / bw, S / red);
+      return latency + std::max((treeLoad * S / 2 + (steps - treeLoad) * chunk) / bw, S / red);
     }
     case AllReduceAlgo::RecursiveDoubling: {
       const int steps = floorLog2(p) + fold;
@@ -113,8 +121,8 @@ AllReduceAlgo CostModel::chooseAllReduce(unsigned allowed, size_t bytes, double*
     // Across hosts the unpipelined algorithms (recursive doubling, halving-doubling: every step moves its whole
     // piece before the next starts) must be predicted kUnpipelinedMargin faster than the ring and the tree. On the
     // simulated cluster (8 hosts, 1 Gbit/s, 0.5 ms) halving-doubling ran 7-10% slower than predicted from 512 KiB
-    // to 8 MiB, the ring up to 17% faster (2 MiB: 39.3 ms against the ring's 36.8; 8 MiB: 143.6 against 130.1);
-    // where they win by more than the margin (8 B to 512 KiB) they still win measured.
+    // to 8 MiB (2 MiB: 39.3 ms against the ring's 36.8; 8 MiB: 143.6 against 130.1); where they win by more than
+    // the margin (8 B to 512 KiB) they still win measured.
     constexpr double kUnpipelinedMargin = 0.85;
     const double margin = hosts > 1 ? kUnpipelinedMargin : 1.0;
     AllReduceAlgo other = AllReduceAlgo::Ring;

@@ -4,10 +4,12 @@
 // with (alpha, beta) per kind of link: `local` between ranks of one host (shm or TCP loopback, from the table
 // in cost_model.cc, measured on this project's 2-core machines) and `net` between hosts (measured when the
 // communicator is created: Comm::calibrate, lib/comm.cc). Steps and bytes per algorithm, n ranks, S bytes:
-//   ring   2(n-1) steps, 2(n-1)/n S on each link, (n-1)/n S reduced, overlapped with the transfer (pipelined)
+//   ring   2(n-1) steps, 2(n-1)/n S on each link, (n-1)/n S reduced; pipelined in chunks, so the steps'
+//          latency overlaps the transfer where a segment has several chunks (the larger of the first chunk's
+//          path and the links' busy time)
 //   tree   2 * (depth of the host tree + ranks per host - 1) steps, 2S on an interior rank's link (S with 2
-//          hosts: treeLoad) plus the pipeline's fill (a chunk per step but two), S reduced, overlapped
-//          (Note [Double binary tree], algorithms/tree.cc)
+//          hosts: treeLoad), S reduced, overlapped; pipelined: the first chunk's path, then one period of the
+//          busiest link per further chunk (Note [Double binary tree], algorithms/tree.cc)
 //   recursive doubling   log2(p) steps (+2 folding n onto a power of two p) of the whole buffer each
 //   halving-doubling     2 log2(p) steps (+2), 2(p-1)/p S (+2S folding), (p-1)/p S reduced
 //   direct (shm only, n > 2)   1 step, (n-1) S sent and reduced
