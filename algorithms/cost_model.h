@@ -3,7 +3,7 @@
 //     time = alpha * latency steps + bytes on the busiest link / beta + bytes reduced by one rank / gamma
 // with (alpha, beta) per kind of link: `local` between ranks of one host (shm or TCP loopback, from the table
 // in cost_model.cc, measured on this project's 2-core machines) and `net` between hosts (measured when the
-// communicator is created: Comm::calibrate, lib/comm.cc). Steps and bytes per algorithm, n ranks, S bytes:
+// communicator is created: buildCostModel, lib/tuning.cc). Steps and bytes per algorithm, n ranks, S bytes:
 //   ring   2(n-1) steps, 2(n-1)/n S on each link, (n-1)/n S reduced; pipelined in chunks, so the steps'
 //          latency overlaps the transfer where a segment has several chunks (the larger of the first chunk's
 //          path and the links' busy time)
