@@ -1,6 +1,7 @@
 // Note [Cost model]
 // AUTO picks an allreduce algorithm per call by predicted time in the alpha-beta(-gamma) form:
 //     time = alpha * latency steps + bytes on the busiest link / beta + bytes reduced by one rank / gamma
+// where the pipelined algorithms (ring, tree) overlap the three terms as described below,
 // with (alpha, beta) per kind of link: `local` between ranks of one host (shm or TCP loopback, from the table
 // in cost_model.cc, measured on this project's 2-core machines) and `net` between hosts (measured when the
 // communicator is created: buildCostModel, lib/tuning.cc). Steps and bytes per algorithm, n ranks, S bytes:
