@@ -11,12 +11,13 @@ import argparse
 import collections
 import os
 import re
-import statistics
+
+import bench_tables
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--png")
 ap.add_argument("--title", default="allreduce")
-ap.add_argument("--stat", choices=("median", "best"), default="median")
+ap.add_argument("--stat", choices=sorted(bench_tables.STATS), default="median")
 ap.add_argument("folders", nargs="+")
 args = ap.parse_args()
 
@@ -28,19 +29,11 @@ for folder in args.folders:
         if not m or name.startswith("model-"):
             continue
         series, nranks = m.group(1), int(m.group(2))
-        with open(os.path.join(folder, name)) as f:
-            for line in f:
-                p = line.split()
-                if len(p) < 7 or not p[0].isdigit():
-                    continue
-                try:
-                    size, t = int(p[0]), float(p[4])
-                except ValueError:
-                    continue
-                times[series][size].append(t)
-                ranks[series] = nranks
+        for size, t in bench_tables.read_times(os.path.join(folder, name)):
+            times[series][size].append(t)
+            ranks[series] = nranks
 
-pick = statistics.median if args.stat == "median" else min
+pick = bench_tables.STATS[args.stat]
 best = collections.defaultdict(dict)  # series -> size -> (time us, busbw)
 for series, bysize in times.items():
     n = ranks[series]

@@ -10,11 +10,12 @@ import argparse
 import collections
 import os
 import re
-import statistics
+
+import bench_tables
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--max-bytes", type=int, default=1 << 40)
-ap.add_argument("--stat", choices=("median", "best"), default="median")
+ap.add_argument("--stat", choices=sorted(bench_tables.STATS), default="median")
 ap.add_argument("folders", nargs="+")
 args = ap.parse_args()
 
@@ -27,14 +28,8 @@ for folder in args.folders:
         m = re.match(r"chorus-(RING|TREE)-(\d+)\.txt$", name)
         if m:
             key = (m.group(1).lower(), int(m.group(2)))
-            for line in open(path):
-                p = line.split()
-                if len(p) >= 7 and p[0].isdigit():
-                    try:
-                        size, t = int(p[0]), float(p[4])
-                    except ValueError:
-                        continue
-                    runs[key][size].append(t)
+            for size, t in bench_tables.read_times(path):
+                runs[key][size].append(t)
             continue
         m = re.match(r"model-(\d+)\.txt$", name)
         if m:
@@ -53,7 +48,7 @@ for folder in args.folders:
 
 # Each run's communicator measured its own alpha and beta: its predictions go with its measurements, and both
 # are summarised the same way.
-pick = statistics.median if args.stat == "median" else min
+pick = bench_tables.STATS[args.stat]
 measured = {k: {size: pick(ts) for size, ts in v.items()} for k, v in runs.items()}
 predicted = {k: {size: pick(ts) for size, ts in v.items()} for k, v in predictions.items()}
 
