@@ -15,8 +15,8 @@ namespace chorus::algo {
 namespace {
 constexpr int kSlots = 4;
 
-size_t chunkCount(const Comm& comm, size_t bytes, size_t es) {
-  size_t chunkElems = std::max<size_t>(1, comm.config().chunkBytes / es);
+size_t chunkCount(const Context& ctx, size_t bytes, size_t es) {
+  size_t chunkElems = std::max<size_t>(1, ctx.chunkBytes() / es);
   size_t elems = bytes / es;
   return std::max<size_t>(1, (elems + chunkElems - 1) / chunkElems);
 }
@@ -26,14 +26,14 @@ bool allDone(const std::vector<Request>& v) {
 }
 }  // namespace
 
-void chainBroadcast(Comm& comm, const OpTag& tag, const CollArgs& a) {
-  const int n = comm.nranks(), r = comm.rank();
+void chainBroadcast(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks(), r = ctx.rank();
   const size_t es = kernels::dataTypeSize(a.dtype), bytes = a.count * es;
   auto out = static_cast<uint8_t*>(a.recvbuff);
   const int pos = mod(r - a.root, n);
   if (pos == 0 && a.sendbuff != a.recvbuff) std::memmove(out, a.sendbuff, bytes);
   if (n == 1) return;
-  const size_t C = chunkCount(comm, bytes, es), elems = a.count;
+  const size_t C = chunkCount(ctx, bytes, es), elems = a.count;
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const bool forwards = pos < n - 1;
   // The root sends from its input so its copy into recvbuff above overlaps nothing on the wire.
@@ -41,18 +41,18 @@ void chainBroadcast(Comm& comm, const OpTag& tag, const CollArgs& a) {
   std::vector<Request> sends(forwards ? C : 0), recvs(pos > 0 ? C : 0);
   for (size_t c = 0; c < recvs.size(); ++c) {
     size_t b = chunkBegin(elems, C, c) * es, e = chunkBegin(elems, C, c + 1) * es;
-    comm.irecv(prev, out + b, e - b, tag, &recvs[c]);
+    ctx.irecv(prev, out + b, e - b, tag, &recvs[c]);
   }
   for (size_t c = 0; c < sends.size(); ++c) {
-    if (pos > 0) comm.wait(recvs[c], tag);
+    if (pos > 0) ctx.wait(recvs[c], tag);
     size_t b = chunkBegin(elems, C, c) * es, e = chunkBegin(elems, C, c + 1) * es;
-    comm.isend(next, src + b, e - b, tag, &sends[c]);
+    ctx.isend(next, src + b, e - b, tag, &sends[c]);
   }
-  comm.waitUntil([&] { return allDone(sends) && allDone(recvs); }, tag);
+  ctx.waitUntil([&] { return allDone(sends) && allDone(recvs); }, tag);
 }
 
-void chainReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
-  const int n = comm.nranks(), r = comm.rank();
+void chainReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks(), r = ctx.rank();
   const size_t es = kernels::dataTypeSize(a.dtype), bytes = a.count * es;
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
@@ -61,7 +61,7 @@ void chainReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
     if (in != out) std::memmove(out, in, bytes);
     return;
   }
-  const size_t C = chunkCount(comm, bytes, es), elems = a.count;
+  const size_t C = chunkCount(ctx, bytes, es), elems = a.count;
   const size_t slotBytes = ((elems + C - 1) / C) * es;
   const int toward = mod(r - 1, n), from = mod(r + 1, n);
   const bool tail = pos == n - 1, root = pos == 0;
@@ -74,13 +74,13 @@ void chainReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
     for (size_t c = 0; c < C; ++c) {
       size_t b, len;
       range(c, &b, &len);
-      comm.isend(toward, in + b, len, tag, &sends[c]);
+      ctx.isend(toward, in + b, len, tag, &sends[c]);
     }
-    comm.waitUntil([&] { return allDone(sends); }, tag);
+    ctx.waitUntil([&] { return allDone(sends); }, tag);
     return;
   }
   // Receive into a slot, reduce with our input, then forward the slot (middle) or land in recvbuff (root).
-  uint8_t* slots = comm.scratch(slotBytes * kSlots, 0);
+  uint8_t* slots = ctx.scratch(slotBytes * kSlots, 0);
   std::vector<Request> recvs(C), sends(root ? 0 : C);
   std::vector<int> slotOf(C, -1), freeSlots;
   for (int i = kSlots - 1; i >= 0; --i) freeSlots.push_back(i);
@@ -93,7 +93,7 @@ void chainReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
       freeSlots.pop_back();
       size_t b, len;
       range(posted, &b, &len);
-      comm.irecv(from, slots + static_cast<size_t>(slotOf[posted]) * slotBytes, len, tag, &recvs[posted]);
+      ctx.irecv(from, slots + static_cast<size_t>(slotOf[posted]) * slotBytes, len, tag, &recvs[posted]);
       ++posted;
     }
     if (processed < posted && recvs[processed].done) {
@@ -106,17 +106,17 @@ void chainReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
         freeSlots.push_back(slotOf[processed]);
       } else {
         kernels::reduce(slot, in + b, slot, len / es, a.dtype, a.op);
-        comm.isend(toward, slot, len, tag, &sends[processed]);
+        ctx.isend(toward, slot, len, tag, &sends[processed]);
       }
       ++processed;
       continue;
     }
     if (processed < posted)
-      comm.waitUntil([&] { return recvs[processed].done; }, tag);
+      ctx.waitUntil([&] { return recvs[processed].done; }, tag);
     else
-      comm.waitUntil([&] { return sends[sendsChecked].done; }, tag);
+      ctx.waitUntil([&] { return sends[sendsChecked].done; }, tag);
   }
-  comm.waitUntil([&] { return allDone(sends); }, tag);
+  ctx.waitUntil([&] { return allDone(sends); }, tag);
 }
 
 }  // namespace chorus::algo

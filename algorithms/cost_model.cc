@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
-#include "lib/env.h"
+#include "lib/base/env.h"
 #include "algorithms/tree_shape.h"
-#include "lib/log.h"
+#include "lib/base/log.h"
 
 namespace chorus::algo {
 

@@ -16,68 +16,68 @@ namespace {
 // all at once, then waits. Staggered peer order: at round i every rank sends to rank+i, so no single rank is
 // everyone's target.
 template <typename SendAt, typename RecvAt>
-void exchangeWithEveryPeer(Comm& comm, const OpTag& tag, size_t block, SendAt sendAt, RecvAt recvAt) {
-  const int n = comm.nranks(), r = comm.rank();
+void exchangeWithEveryPeer(Context& ctx, const OpTag& tag, size_t block, SendAt sendAt, RecvAt recvAt) {
+  const int n = ctx.nranks(), r = ctx.rank();
   std::vector<Request> reqs(2 * static_cast<size_t>(n - 1));
   for (int i = 1; i < n; ++i) {
     int to = mod(r + i, n), from = mod(r - i, n);
-    comm.irecv(from, recvAt(from), block, tag, &reqs[2 * (i - 1)]);
-    comm.isend(to, sendAt(to), block, tag, &reqs[2 * (i - 1) + 1]);
+    ctx.irecv(from, recvAt(from), block, tag, &reqs[2 * (i - 1)]);
+    ctx.isend(to, sendAt(to), block, tag, &reqs[2 * (i - 1) + 1]);
   }
-  comm.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
+  ctx.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
                  tag);
 }
 
 }  // namespace
 
-void directAllToAll(Comm& comm, const OpTag& tag, const CollArgs& a) {
-  const int r = comm.rank();
+void directAllToAll(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int r = ctx.rank();
   const size_t block = a.count * kernels::dataTypeSize(a.dtype);
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
   std::memcpy(out + static_cast<size_t>(r) * block, in + static_cast<size_t>(r) * block, block);
   exchangeWithEveryPeer(
-      comm, tag, block, [&](int to) { return in + static_cast<size_t>(to) * block; },
+      ctx, tag, block, [&](int to) { return in + static_cast<size_t>(to) * block; },
       [&](int from) { return out + static_cast<size_t>(from) * block; });
 }
 
 // Every rank sends its input to every other rank and reduces the n contributions itself, in rank order, so
 // every rank computes bitwise the same result. One round instead of log2(n): when ranks outnumber cores, an
 // operation then needs each rank to be scheduled once rather than once per round.
-void directAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
-  const int n = comm.nranks(), r = comm.rank();
+void directAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks(), r = ctx.rank();
   const size_t es = kernels::dataTypeSize(a.dtype), bytes = a.count * es;
   auto out = static_cast<uint8_t*>(a.recvbuff);
   if (n == 1) {
     if (a.sendbuff != a.recvbuff) std::memmove(out, a.sendbuff, bytes);
     return;
   }
-  uint8_t* all = comm.scratch(bytes * static_cast<size_t>(n), 2);  // contribution of rank q at q * bytes
+  uint8_t* all = ctx.scratch(bytes * static_cast<size_t>(n), 2);  // contribution of rank q at q * bytes
   std::memcpy(all + static_cast<size_t>(r) * bytes, a.sendbuff, bytes);
   exchangeWithEveryPeer(
-      comm, tag, bytes, [&](int) { return all + static_cast<size_t>(r) * bytes; },
+      ctx, tag, bytes, [&](int) { return all + static_cast<size_t>(r) * bytes; },
       [&](int from) { return all + static_cast<size_t>(from) * bytes; });
   kernels::reduce(out, all, all + bytes, a.count, a.dtype, a.op);
   for (int q = 2; q < n; ++q) kernels::reduce(out, out, all + static_cast<size_t>(q) * bytes, a.count, a.dtype, a.op);
   if (a.op == chorusAvg) kernels::scaleDivide(out, a.count, a.dtype, n);
 }
 
-void disseminationBarrier(Comm& comm, const OpTag& tag) {
-  const int n = comm.nranks(), r = comm.rank();
+void disseminationBarrier(Context& ctx, const OpTag& tag) {
+  const int n = ctx.nranks(), r = ctx.rank();
   for (int d = 1; d < n; d *= 2) {
     Request s, v;
-    comm.irecv(mod(r - d, n), nullptr, 0, tag, &v);
-    comm.isend(mod(r + d, n), nullptr, 0, tag, &s);
-    comm.waitUntil([&] { return s.done && v.done; }, tag);
+    ctx.irecv(mod(r - d, n), nullptr, 0, tag, &v);
+    ctx.isend(mod(r + d, n), nullptr, 0, tag, &s);
+    ctx.waitUntil([&] { return s.done && v.done; }, tag);
   }
 }
 
-void postPointToPoint(Comm& comm, const OpTag& tag, const CollArgs& a, Request* req) {
+void postPointToPoint(Context& ctx, const OpTag& tag, const CollArgs& a, Request* req) {
   const size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
   if (a.isRecv)
-    comm.irecv(a.root, a.recvbuff, bytes, tag, req);
+    ctx.irecv(a.root, a.recvbuff, bytes, tag, req);
   else
-    comm.isend(a.root, a.sendbuff, bytes, tag, req);
+    ctx.isend(a.root, a.sendbuff, bytes, tag, req);
 }
 
 }  // namespace chorus::algo

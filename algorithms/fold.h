@@ -20,33 +20,33 @@ class PowerOfTwoFold {
 
   // Folds this rank's `out` (count elements) in. False when this rank sits out: it has then already received
   // the final result into `out`. tmp holds count elements.
-  bool foldIn(Comm& comm, const OpTag& tag, const CollArgs& a, uint8_t* out, uint8_t* tmp) const {
+  bool foldIn(Context& ctx, const OpTag& tag, const CollArgs& a, uint8_t* out, uint8_t* tmp) const {
     const size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
     if (rank_ >= 2 * extra_) return true;
     if (rank_ % 2 == 0) {
       Request s, v;
-      comm.isend(rank_ + 1, out, bytes, tag, &s);
-      comm.irecv(rank_ + 1, out, bytes, tag, &v);
-      comm.waitUntil([&] { return s.done && v.done; }, tag);
+      ctx.isend(rank_ + 1, out, bytes, tag, &s);
+      ctx.irecv(rank_ + 1, out, bytes, tag, &v);
+      ctx.waitUntil([&] { return s.done && v.done; }, tag);
       return false;
     }
     Request v;
-    if (comm.irecvReduce(rank_ - 1, out, out, bytes, a.dtype, a.op, tag, &v)) {
-      comm.wait(v, tag);
+    if (ctx.irecvReduce(rank_ - 1, out, out, bytes, a.dtype, a.op, tag, &v)) {
+      ctx.wait(v, tag);
       return true;
     }
-    comm.irecv(rank_ - 1, tmp, bytes, tag, &v);
-    comm.wait(v, tag);
+    ctx.irecv(rank_ - 1, tmp, bytes, tag, &v);
+    ctx.wait(v, tag);
     kernels::reduce(out, out, tmp, a.count, a.dtype, a.op);
     return true;
   }
 
   // Sends the final result back to the rank that sat out for this one.
-  void foldOut(Comm& comm, const OpTag& tag, const CollArgs& a, const uint8_t* out) const {
+  void foldOut(Context& ctx, const OpTag& tag, const CollArgs& a, const uint8_t* out) const {
     if (rank_ >= 2 * extra_) return;
     Request s;
-    comm.isend(rank_ - 1, out, a.count * kernels::dataTypeSize(a.dtype), tag, &s);
-    comm.wait(s, tag);
+    ctx.isend(rank_ - 1, out, a.count * kernels::dataTypeSize(a.dtype), tag, &s);
+    ctx.wait(s, tag);
   }
 
  private:

@@ -21,7 +21,7 @@ namespace {
 // Sends `give` and receives `keepBytes` from peer, both cut into pieces of `piece` bytes (both sides cut the
 // same way: the peer's give is our keep). staging != nullptr: the received bytes are reduced into `keep`,
 // in place where the transport can (the kept range is never sent at this step), else through staging.
-void exchange(Comm& comm, const OpTag& tag, const CollArgs& a, int peer, size_t piece, const uint8_t* give,
+void exchange(Context& ctx, const OpTag& tag, const CollArgs& a, int peer, size_t piece, const uint8_t* give,
               size_t giveBytes, uint8_t* keep, size_t keepBytes, uint8_t* staging) {
   const size_t es = kernels::dataTypeSize(a.dtype);
   const size_t nRecv = std::max<size_t>(1, (keepBytes + piece - 1) / piece);
@@ -31,29 +31,29 @@ void exchange(Comm& comm, const OpTag& tag, const CollArgs& a, int peer, size_t 
   for (size_t i = 0; i < nRecv; ++i) {
     const size_t at = i * piece, len = std::min(piece, keepBytes - std::min(keepBytes, at));
     if (staging == nullptr) {
-      comm.irecv(peer, keep + at, len, tag, &recvs[i]);
+      ctx.irecv(peer, keep + at, len, tag, &recvs[i]);
     } else {
-      fused[i] = comm.irecvReduce(peer, keep + at, keep + at, len, a.dtype, a.op, tag, &recvs[i]);
-      if (!fused[i]) comm.irecv(peer, staging + at, len, tag, &recvs[i]);
+      fused[i] = ctx.irecvReduce(peer, keep + at, keep + at, len, a.dtype, a.op, tag, &recvs[i]);
+      if (!fused[i]) ctx.irecv(peer, staging + at, len, tag, &recvs[i]);
     }
   }
   for (size_t i = 0; i < nSend; ++i) {
     const size_t at = i * piece, len = std::min(piece, giveBytes - std::min(giveBytes, at));
-    comm.isend(peer, give + at, len, tag, &sends[i]);
+    ctx.isend(peer, give + at, len, tag, &sends[i]);
   }
   for (size_t i = 0; i < nRecv; ++i) {
-    comm.wait(recvs[i], tag);
+    ctx.wait(recvs[i], tag);
     const size_t at = i * piece, len = std::min(piece, keepBytes - std::min(keepBytes, at));
     if (staging != nullptr && !fused[i]) kernels::reduce(keep + at, keep + at, staging + at, len / es, a.dtype, a.op);
   }
-  comm.waitUntil([&] { return std::all_of(sends.begin(), sends.end(), [](const Request& q) { return q.done; }); },
+  ctx.waitUntil([&] { return std::all_of(sends.begin(), sends.end(), [](const Request& q) { return q.done; }); },
                  tag);
 }
 
 }  // namespace
 
-void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
-  const int n = comm.nranks(), r = comm.rank();
+void halvingDoublingAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks(), r = ctx.rank();
   const size_t es = kernels::dataTypeSize(a.dtype), bytes = a.count * es;
   auto out = static_cast<uint8_t*>(a.recvbuff);
   if (a.sendbuff != a.recvbuff) std::memmove(out, a.sendbuff, bytes);
@@ -61,19 +61,19 @@ void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   const PowerOfTwoFold fold(n, r);
   const int p = fold.p(), active = fold.active();
   auto off = [&](int block) { return segmentOffset(a.count, p, block) * es; };
-  uint8_t* tmp = comm.scratch(bytes, 2);
-  if (!fold.foldIn(comm, tag, a, out, tmp)) return;
+  uint8_t* tmp = ctx.scratch(bytes, 2);
+  if (!fold.foldIn(ctx, tag, a, out, tmp)) return;
 
   // Each exchange travels in pieces of the pipeline chunk: over TCP, messages of 128K and up are much slower
-  // (lib/comm.cc), and a received piece is reduced while the next one arrives.
-  const size_t piece = std::max<size_t>(es, comm.config().chunkBytes / es * es);
+  // (lib/comm/comm.cc), and a received piece is reduced while the next one arrives.
+  const size_t piece = std::max<size_t>(es, ctx.chunkBytes() / es * es);
   int lo = 0, hi = p;  // blocks this rank is still responsible for
   for (int mask = p / 2; mask >= 1; mask /= 2) {
     const int peer = fold.realRank(active ^ mask), mid = (lo + hi) / 2;
     const bool upper = (active & mask) != 0;
     const int keepLo = upper ? mid : lo, keepHi = upper ? hi : mid;
     const int giveLo = upper ? lo : mid, giveHi = upper ? mid : hi;
-    exchange(comm, tag, a, peer, piece, out + off(giveLo), off(giveHi) - off(giveLo), out + off(keepLo),
+    exchange(ctx, tag, a, peer, piece, out + off(giveLo), off(giveHi) - off(giveLo), out + off(keepLo),
              off(keepHi) - off(keepLo), tmp + off(keepLo));
     lo = keepLo;
     hi = keepHi;
@@ -83,12 +83,12 @@ void halvingDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
     const int peer = fold.realRank(active ^ mask), size = hi - lo;
     const bool upper = (active & mask) != 0;
     const int theirLo = upper ? lo - size : hi, theirHi = theirLo + size;
-    exchange(comm, tag, a, peer, piece, out + off(lo), off(hi) - off(lo), out + off(theirLo),
+    exchange(ctx, tag, a, peer, piece, out + off(lo), off(hi) - off(lo), out + off(theirLo),
              off(theirHi) - off(theirLo), nullptr);
     lo = upper ? theirLo : lo;
     hi = upper ? hi : theirHi;
   }
-  fold.foldOut(comm, tag, a, out);
+  fold.foldOut(ctx, tag, a, out);
 }
 
 }  // namespace chorus::algo

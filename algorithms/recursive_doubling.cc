@@ -11,28 +11,28 @@
 
 namespace chorus::algo {
 
-void recursiveDoublingAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
-  const int n = comm.nranks(), r = comm.rank();
+void recursiveDoublingAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks(), r = ctx.rank();
   const size_t es = kernels::dataTypeSize(a.dtype), bytes = a.count * es;
   auto out = static_cast<uint8_t*>(a.recvbuff);
   if (a.sendbuff != a.recvbuff) std::memmove(out, a.sendbuff, bytes);
   if (n == 1) return;
   const PowerOfTwoFold fold(n, r);
-  uint8_t* tmp = comm.scratch(bytes, 2);
-  if (!fold.foldIn(comm, tag, a, out, tmp)) return;
+  uint8_t* tmp = ctx.scratch(bytes, 2);
+  if (!fold.foldIn(ctx, tag, a, out, tmp)) return;
   for (int mask = 1; mask < fold.p(); mask <<= 1) {
     const int peer = fold.realRank(fold.active() ^ mask);
     Request s, v;
-    comm.isend(peer, out, bytes, tag, &s);
+    ctx.isend(peer, out, bytes, tag, &s);
     // Reducing into `out` while it is received is only safe once the send no longer reads it (a transport
     // that copies eagerly, shm, is usually done already); otherwise stage in tmp.
-    const bool fused = s.done && comm.irecvReduce(peer, out, out, bytes, a.dtype, a.op, tag, &v);
-    if (!fused) comm.irecv(peer, tmp, bytes, tag, &v);
-    comm.waitUntil([&] { return s.done && v.done; }, tag);
+    const bool fused = s.done && ctx.irecvReduce(peer, out, out, bytes, a.dtype, a.op, tag, &v);
+    if (!fused) ctx.irecv(peer, tmp, bytes, tag, &v);
+    ctx.waitUntil([&] { return s.done && v.done; }, tag);
     if (!fused) kernels::reduce(out, out, tmp, a.count, a.dtype, a.op);
   }
   if (a.op == chorusAvg) kernels::scaleDivide(out, a.count, a.dtype, n);
-  fold.foldOut(comm, tag, a, out);
+  fold.foldOut(ctx, tag, a, out);
 }
 
 }  // namespace chorus::algo

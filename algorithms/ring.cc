@@ -27,7 +27,7 @@
 #include "algorithms/collective.h"
 #include "algorithms/ring.h"
 #include "lib/kernels/reduce.h"
-#include "lib/log.h"
+#include "lib/base/log.h"
 
 namespace chorus::algo {
 
@@ -48,17 +48,17 @@ struct RingJob {
   std::function<uint8_t*(int)> output;       // final reduction / all-gather destination
 };
 
-void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
-  const int n = comm.nranks(), r = comm.rank();
+void runRing(Context& ctx, const OpTag& tag, const RingJob& job) {
+  const int n = ctx.nranks(), r = ctx.rank();
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const size_t es = job.elemSize;
   size_t maxSeg = 0;
   for (int s = 0; s < n; ++s) maxSeg = std::max(maxSeg, job.segLen(s));
-  const size_t chunkElems = std::max<size_t>(1, comm.config().chunkBytes / es);
+  const size_t chunkElems = std::max<size_t>(1, ctx.chunkBytes() / es);
   const size_t C = std::max<size_t>(1, (maxSeg + chunkElems - 1) / chunkElems);
   const size_t slotBytes = ((maxSeg + C - 1) / C) * es;
   const size_t K = static_cast<size_t>(job.steps) * C;
-  uint8_t* slots = comm.scratch(slotBytes * kSlots, 0);
+  uint8_t* slots = ctx.scratch(slotBytes * kSlots, 0);
 
   std::vector<Request> sendReq(K), recvReq(K);
   std::vector<int> slotOf(K, -1);
@@ -98,7 +98,7 @@ void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
       size_t off, len;
       chunkRange(seg, c, &off, &len);
       const uint8_t* src = j == 0 ? job.input(seg) : landing(j - 1, seg);
-      comm.isend(next, src + off, len, tag, &sendReq[sendPosted]);
+      ctx.isend(next, src + off, len, tag, &sendReq[sendPosted]);
       ++sendPosted;
     }
   };
@@ -113,14 +113,14 @@ void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
         slotOf[recvPosted] = freeSlots.back();
         freeSlots.pop_back();
         // Fused when the transport can: the chunk is reduced as it arrives, and the slot is only a ticket.
-        if (!comm.irecvReduce(prev, landing(j, seg) + off, job.input(seg) + off, len, job.dtype, job.op, tag,
+        if (!ctx.irecvReduce(prev, landing(j, seg) + off, job.input(seg) + off, len, job.dtype, job.op, tag,
                               &recvReq[recvPosted])) {
           fused[recvPosted] = false;
-          comm.irecv(prev, slots + static_cast<size_t>(slotOf[recvPosted]) * slotBytes, len, tag,
+          ctx.irecv(prev, slots + static_cast<size_t>(slotOf[recvPosted]) * slotBytes, len, tag,
                      &recvReq[recvPosted]);
         }
       } else {
-        comm.irecv(prev, job.output(seg) + off, len, tag, &recvReq[recvPosted]);
+        ctx.irecv(prev, job.output(seg) + off, len, tag, &recvReq[recvPosted]);
       }
       ++recvPosted;
     }
@@ -143,16 +143,16 @@ void runRing(Comm& comm, const OpTag& tag, const RingJob& job) {
     postRecvs();
     postSends();
     if (processed == K) break;
-    comm.waitUntil([&] { return recvReq[processed].done; }, tag);
+    ctx.waitUntil([&] { return recvReq[processed].done; }, tag);
   }
-  comm.waitUntil([&] { return std::all_of(sendReq.begin(), sendReq.end(), [](const Request& q) { return q.done; }); },
+  ctx.waitUntil([&] { return std::all_of(sendReq.begin(), sendReq.end(), [](const Request& q) { return q.done; }); },
                  tag);
 }
 
 }  // namespace
 
-void ringAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
-  const int n = comm.nranks();
+void ringAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks();
   const size_t es = kernels::dataTypeSize(a.dtype);
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
@@ -170,11 +170,11 @@ void ringAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   job.input = [&](int s) { return in + segmentOffset(a.count, n, s) * es; };
   job.output = [&](int s) { return out + segmentOffset(a.count, n, s) * es; };
   job.partial = job.output;
-  runRing(comm, tag, job);
+  runRing(ctx, tag, job);
 }
 
-void ringReduceScatter(Comm& comm, const OpTag& tag, const CollArgs& a) {
-  const int n = comm.nranks(), r = comm.rank();
+void ringReduceScatter(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks(), r = ctx.rank();
   const size_t es = kernels::dataTypeSize(a.dtype);
   const size_t block = a.count * es;
   auto in = static_cast<const uint8_t*>(a.sendbuff);
@@ -185,7 +185,7 @@ void ringReduceScatter(Comm& comm, const OpTag& tag, const CollArgs& a) {
   }
   // Intermediate partial sums need a home of their own: the input is const and only this rank's block of the
   // output exists. Indexed by segment for simplicity (two segments' worth are never used).
-  uint8_t* partials = comm.scratch(block * static_cast<size_t>(n), 1);
+  uint8_t* partials = ctx.scratch(block * static_cast<size_t>(n), 1);
   RingJob job;
   job.steps = n - 1;
   job.reduceSteps = n - 1;
@@ -197,11 +197,11 @@ void ringReduceScatter(Comm& comm, const OpTag& tag, const CollArgs& a) {
   job.input = [&](int s) { return in + static_cast<size_t>(s) * block; };
   job.partial = [&](int s) { return partials + static_cast<size_t>(s) * block; };
   job.output = [&](int s) { return s == r ? out : nullptr; };
-  runRing(comm, tag, job);
+  runRing(ctx, tag, job);
 }
 
-void ringAllGather(Comm& comm, const OpTag& tag, const CollArgs& a) {
-  const int n = comm.nranks(), r = comm.rank();
+void ringAllGather(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks(), r = ctx.rank();
   const size_t es = kernels::dataTypeSize(a.dtype);
   const size_t block = a.count * es;
   auto in = static_cast<const uint8_t*>(a.sendbuff);
@@ -218,7 +218,7 @@ void ringAllGather(Comm& comm, const OpTag& tag, const CollArgs& a) {
   job.input = [&](int s) { return out + static_cast<size_t>(s) * block; };
   job.output = [&](int s) { return out + static_cast<size_t>(s) * block; };
   job.partial = job.output;
-  runRing(comm, tag, job);
+  runRing(ctx, tag, job);
 }
 
 }  // namespace chorus::algo

@@ -89,17 +89,17 @@ std::vector<PeerQueue> byPeer(const std::vector<Message>& messages) {
 
 }  // namespace
 
-void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
-  const int n = comm.nranks(), r = comm.rank();
-  if (n == 1) return ringAllReduce(comm, tag, a);  // nothing to exchange: the ring's copy
+void treeAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks(), r = ctx.rank();
+  if (n == 1) return ringAllReduce(ctx, tag, a);  // nothing to exchange: the ring's copy
   const size_t es = kernels::dataTypeSize(a.dtype);
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
   // The two halves: tree t owns elements [lo[t], lo[t] + len[t]), cut into C[t] chunks.
-  TreeLinks links[2] = {hostTree(comm.hostOf(), r, 0), hostTree(comm.hostOf(), r, 1)};
+  TreeLinks links[2] = {hostTree(ctx.hostOf(), r, 0), hostTree(ctx.hostOf(), r, 1)};
   const size_t lo[2] = {0, (a.count + 1) / 2};
   const size_t len[2] = {(a.count + 1) / 2, a.count / 2};
-  const size_t chunkElems = std::max<size_t>(1, treeChunkBytes(a.count * es, comm.config().chunkBytes) / es);
+  const size_t chunkElems = std::max<size_t>(1, treeChunkBytes(a.count * es, ctx.chunkBytes()) / es);
   size_t C[2];
   for (int t = 0; t < 2; ++t) C[t] = (len[t] + chunkElems - 1) / chunkElems;
   const size_t maxC = std::max(C[0], C[1]);
@@ -111,9 +111,9 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
   size_t slotBytes = 0;
   for (int t = 0; t < 2; ++t)
     if (C[t] > 0) slotBytes = std::max(slotBytes, ((len[t] + C[t] - 1) / C[t]) * es);
-  uint8_t* slots = comm.scratch(slotBytes * kSlots, 0);
+  uint8_t* slots = ctx.scratch(slotBytes * kSlots, 0);
 
-  const int depth[2] = {hostTreeDepth(comm.hostOf(), r, 0), hostTreeDepth(comm.hostOf(), r, 1)};
+  const int depth[2] = {hostTreeDepth(ctx.hostOf(), r, 0), hostTreeDepth(ctx.hostOf(), r, 1)};
   auto upKey = [](size_t c, int t, int d) { return Key{0, c, -d, t}; };
   auto downKey = [](size_t c, int t, int d) { return Key{1, c, d, t}; };
 
@@ -181,10 +181,10 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
             ++upGranted;
             m.slot = freeSlots.back();
             freeSlots.pop_back();
-            m.fused = m.child == 0 && comm.irecvReduce(m.peer, out + off, in + off, bytes, a.dtype, a.op, tag, &m.req);
-            if (!m.fused) comm.irecv(m.peer, slots + static_cast<size_t>(m.slot) * slotBytes, bytes, tag, &m.req);
+            m.fused = m.child == 0 && ctx.irecvReduce(m.peer, out + off, in + off, bytes, a.dtype, a.op, tag, &m.req);
+            if (!m.fused) ctx.irecv(m.peer, slots + static_cast<size_t>(m.slot) * slotBytes, bytes, tag, &m.req);
           } else {
-            comm.irecv(m.peer, out + off, bytes, tag, &m.req);
+            ctx.irecv(m.peer, out + off, bytes, tag, &m.req);
           }
           open.push_back(i);
           ++q.next;
@@ -231,7 +231,7 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
         Send& s = sends[q.items[q.next]];
         const Key& k = s.key;
         if (k.up() ? upsLeft[k.t][k.c] != 0 : resultHere[k.t][k.c] == 0) break;
-        comm.isend(s.peer, s.buf, s.len, tag, &s.req);
+        ctx.isend(s.peer, s.buf, s.len, tag, &s.req);
       }
   };
   auto allSent = [&] {
@@ -245,7 +245,7 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
     postRecvs();
     postSends();
     if (handled == recvs.size() && allSent()) break;
-    comm.waitUntil(
+    ctx.waitUntil(
         [&] {
           for (size_t i : open)
             if (recvs[i].req.done) return true;
@@ -254,7 +254,7 @@ void treeAllReduce(Comm& comm, const OpTag& tag, const CollArgs& a) {
         tag);
   }
   size_t sendsDone = 0;
-  comm.waitUntil(
+  ctx.waitUntil(
       [&] {
         for (; sendsDone < sends.size(); ++sendsDone)
           if (!sends[sendsDone].req.done) return false;

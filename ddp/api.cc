@@ -8,9 +8,8 @@
 
 #include "chorus/ddp.h"
 #include "ddp/reducer.h"
-#include "lib/api_guard.h"
+#include "lib/api/api_guard.h"
 #include "lib/kernels/reduce.h"
-#include "lib/registry.h"
 
 using namespace chorus;
 
@@ -68,6 +67,14 @@ std::string readConfig(const chorusDdpConfig* c, ddp::Options* o) {
   return "";
 }
 
+// This rank in comm; throws when comm is not a live communicator (the C API's own check and text).
+int liveRank(chorusComm_t comm, const char* what) {
+  int rank = -1;
+  if (chorusResult_t rc = chorusCommUserRank(comm, &rank); rc != chorusSuccess)
+    throw Error(rc, fmt::format("{}: {}", what, chorusGetLastError(nullptr)));
+  return rank;
+}
+
 // Runs body with the handle's reducer, holding its communicator; errors land on that communicator.
 template <typename F>
 chorusResult_t withDdp(chorusDdp_t d, const char* fn, F&& body) {
@@ -82,7 +89,7 @@ chorusResult_t withDdp(chorusDdp_t d, const char* fn, F&& body) {
   ddp::Reducer& r = *d->reducer;
   return apiCall(r.comm(), [&] {
     std::lock_guard<std::mutex> serial(d->mu);
-    CallRef ref(r.comm(), "the communicator of ddp");
+    liveRank(r.comm(), "the communicator of ddp");
     body(r);
   });
 }
@@ -101,8 +108,8 @@ chorusResult_t chorusDdpCreate(chorusComm_t comm, int nparams, void* const* para
                                const size_t* counts, const chorusDataType_t* datatypes,
                                const chorusDdpConfig* config, chorusDdp_t* out) {
   return apiCall(comm, [&] {
-    CallRef ref(comm, "comm");
-    if (out == nullptr) fail(chorusInvalidArgument, "chorusDdpCreate on rank {}: ddp is NULL", ref->rank());
+    const int rank = liveRank(comm, "comm");
+    if (out == nullptr) fail(chorusInvalidArgument, "chorusDdpCreate on rank {}: ddp is NULL", rank);
     *out = nullptr;
     ddp::Options opt;
     std::vector<ddp::Tensor> list;
@@ -228,7 +235,7 @@ chorusResult_t chorusDdpDestroy(chorusDdp_t d) {
       });
   }
   chorusComm_t comm = d->reducer->comm();
-  return apiCall(commAlive(comm) ? comm : nullptr, [&] { delete d; });
+  return apiCall(comm, [&] { delete d; });  // recordError ignores a communicator that is gone
 }
 
 }  // extern "C"

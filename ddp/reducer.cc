@@ -3,15 +3,22 @@
 #include <algorithm>
 #include <cstring>
 
-#include "lib/comm.h"
-#include "lib/error.h"
+#include "lib/base/error.h"
 #include "lib/kernels/reduce.h"
-#include "lib/log.h"
+#include "lib/base/log.h"
 
 namespace chorus::ddp {
 
 namespace {
 double us(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+void stamp(void* when) { *static_cast<std::chrono::steady_clock::time_point*>(when) = std::chrono::steady_clock::now(); }
+
+unsigned long long bytesSent(chorusComm_t comm) {
+  unsigned long long b = 0;
+  check(comm, chorusCommGetBytesSent(comm, &b), "chorusCommGetBytesSent");
+  return b;
+}
 }  // namespace
 
 Reducer::Reducer(chorusComm_t comm, std::vector<Tensor> params, std::vector<void*> grads, const Options& options,
@@ -135,7 +142,7 @@ void Reducer::prepareForBackward(const int* used) {
   next_ = 0;
   stats_ = {};
   backwardStart_ = Clock::now();
-  bytesAtStart_ = comm_->bytesSent();
+  bytesAtStart_ = bytesSent(comm_);
   phase_ = Phase::Backward;
   if (!opt_.findUnused || used == nullptr) return;
   for (int p = 0; p < nparams(); ++p) {
@@ -206,7 +213,7 @@ void Reducer::launch(int bi) {
           "a bucket's AllReduce");
   }
   // Runs on the communicator's worker right after the bucket's collectives: when the bucket was done.
-  comm_->executor().enqueue([&b] { b.finished = Clock::now(); }, {stream_});
+  check(comm_, chorusLaunchHostFunc(stream_, stamp, &b.finished), "chorusLaunchHostFunc");
 }
 
 void Reducer::bucketTiming(int bi, double* started, double* finished) const {
@@ -278,7 +285,7 @@ void Reducer::finalizeBackward() {
     if (b.finished > b.started) stats_.commUs += us(b.finished - b.started);
     busyUntil = std::max(busyUntil, b.finished);
   }
-  stats_.bytesSent = comm_->bytesSent() - bytesAtStart_;
+  stats_.bytesSent = bytesSent(comm_) - bytesAtStart_;
 }
 
 void Reducer::writeBack() {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/error.h"
+#include "lib/base/error.h"
 #include "lib/kernels/reduce.h"
 
 namespace chorus::ddp {

@@ -9,11 +9,11 @@
 #include <string>
 
 #include "chorus/chorus.h"
-#include "lib/comm.h"
-#include "lib/env.h"
-#include "lib/error.h"
+#include "lib/comm/comm.h"
+#include "lib/base/env.h"
+#include "lib/base/error.h"
 #include "lib/kernels/reduce.h"
-#include "lib/socket.h"
+#include "lib/base/socket.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 
 #include "algorithms/cost_model.h"
 #include "algorithms/tree_shape.h"
-#include "lib/env.h"
+#include "lib/base/env.h"
 
 using namespace chorus;
 using algo::AllReduceAlgo;

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "lib/comm.h"
+#include "lib/comm/comm.h"
 #include "test/comms.h"
 #include "test/ranks.h"
 #include "test/watchdog.h"

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "algorithms/cost_model.h"
-#include "lib/env.h"
-#include "lib/error.h"
+#include "lib/base/env.h"
+#include "lib/base/error.h"
 
 using namespace chorus;
 using algo::AllReduceAlgo;

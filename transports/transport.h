@@ -16,38 +16,15 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "lib/base/ops.h"
 
 namespace chorus::transport {
 
 constexpr size_t kMaxAddressBytes = 128;
 
-enum class OpKind : uint8_t {
-  None = 0, AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Barrier
-};
-
-struct OpTag {
-  uint64_t seq = 0;    // collective sequence number, or the n-th Send/Recv between this pair
-  uint64_t count = 0;  // the call's count argument
-  int32_t root = -1;
-  OpKind kind = OpKind::None;
-  uint8_t dtype = 0;
-  uint8_t redop = 0;
-  bool operator==(const OpTag&) const = default;
-};
-std::string describe(const OpTag& tag);  // "AllReduce #5 (count 10, float32, sum)"
-
-// The OpTag a transport's message header repeats (any header with these six fields).
-template <typename Header>
-OpTag tagOf(const Header& h) {
-  OpTag t;
-  t.seq = h.seq;
-  t.count = h.count;
-  t.root = h.root;
-  t.kind = static_cast<OpKind>(h.kind);
-  t.dtype = h.dtype;
-  t.redop = h.redop;
-  return t;
-}
+using chorus::OpKind;
+using chorus::OpTag;
+using chorus::Request;
 
 struct PeerInfo {
   int rank = -1;
@@ -55,12 +32,6 @@ struct PeerInfo {
   std::string host;    // hostname, for messages
   std::string hostId;  // host identity: ranks with equal ids share memory
   std::string name() const;  // "rank 3 (pid 123 on host1)"
-};
-
-// Completion flag owned by the caller; must outlive the operation it was posted with.
-struct Request {
-  bool done = false;
-  int pendingParts = 0;  // transport-private bookkeeping
 };
 
 // Per-communicator facts a transport needs at creation.
@@ -126,8 +97,6 @@ class Transport {
   virtual void sendAbort(chorusResult_t code, const std::string& text, std::chrono::steady_clock::time_point deadline) = 0;
   // Says goodbye to every peer (so they can tell a clean exit from a death) and closes the connections.
   virtual void close(std::chrono::steady_clock::time_point deadline) = 0;
-  // Payload bytes handed to the network so far (for tests and statistics).
-  virtual uint64_t bytesSent() const = 0;
 };
 
 }  // namespace chorus::transport

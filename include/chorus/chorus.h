@@ -70,6 +70,9 @@ CHORUS_API chorusResult_t chorusCommAbort(chorusComm_t comm);
 CHORUS_API chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError);
 CHORUS_API chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
 CHORUS_API chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
+/* Payload bytes this rank has handed to its transports since comm was created (all peers, all calls). Never
+ * blocks; exact once the calls that sent them have completed. */
+CHORUS_API chorusResult_t chorusCommGetBytesSent(const chorusComm_t comm, unsigned long long* bytes);
 
 /* In-place when sendbuff == recvbuff. */
 CHORUS_API chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -117,6 +120,11 @@ CHORUS_API chorusResult_t chorusStreamCreate(chorusComm_t comm, chorusStream_t* 
 CHORUS_API chorusResult_t chorusStreamSynchronize(chorusStream_t stream);
 /* chorusSuccess when done, chorusInProgress otherwise (or the first error). Never blocks. */
 CHORUS_API chorusResult_t chorusStreamQuery(chorusStream_t stream);
+/* Enqueues fn(userData) on stream, like cudaLaunchHostFunc: it runs on the communicator's thread once every
+ * operation issued on the communicator before it has completed, and before any issued after it starts. fn must
+ * not call Chorus. The stream counts it as pending work. Never blocks. */
+typedef void (*chorusHostFn_t)(void* userData);
+CHORUS_API chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, void* userData);
 /* Waits for the stream's work, then frees it. */
 CHORUS_API chorusResult_t chorusStreamDestroy(chorusStream_t stream);
 

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <thread>
 
-#include "lib/bootstrap.h"
-#include "lib/error.h"
+#include "lib/base/identity.h"
+#include "lib/base/error.h"
 
 namespace chorus::transport::shm {
 

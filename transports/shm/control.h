@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "lib/socket.h"
+#include "lib/base/socket.h"
 
 namespace chorus::transport::shm {
 

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <new>
 
-#include "lib/error.h"
+#include "lib/base/error.h"
 
 namespace chorus::transport::shm {
 

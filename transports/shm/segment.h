@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "lib/socket.h"
+#include "lib/base/socket.h"
 
 namespace chorus::transport::shm {
 

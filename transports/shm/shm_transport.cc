@@ -14,10 +14,10 @@
 #include <deque>
 #include <map>
 
-#include "lib/bootstrap.h"
-#include "lib/error.h"
+#include "lib/base/identity.h"
+#include "lib/base/error.h"
 #include "lib/kernels/reduce.h"
-#include "lib/log.h"
+#include "lib/base/log.h"
 #include "transports/shm/control.h"
 #include "transports/shm/segment.h"
 
@@ -202,7 +202,6 @@ class ShmTransport final : public Transport {
     req->done = false;
     req->pendingParts = 1;
     p.sendq.push_back(SendMsg{static_cast<const uint8_t*>(buf), len, 0, tag, req});
-    bytesSent_ += len;
     pumpSends(p);
   }
 
@@ -271,8 +270,6 @@ class ShmTransport final : public Transport {
     active_.clear();
     peers_.clear();
   }
-
-  uint64_t bytesSent() const override { return bytesSent_; }
 
  private:
   const PeerInfo& self() const { return setup_.peers[setup_.rank]; }
@@ -560,7 +557,6 @@ class ShmTransport final : public Transport {
   std::vector<Peer*> active_;
   std::vector<Pending> pending_;
   std::map<int, Arrived> arrived_;
-  uint64_t bytesSent_ = 0;
   unsigned calls_ = 0;
   bool armed_ = false;
   std::vector<uint8_t> bounce_;  // irecvReduce of a direct copy between processes

@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "lib/error.h"
-#include "lib/log.h"
+#include "lib/base/error.h"
+#include "lib/base/log.h"
 
 namespace chorus::transport::tcp {
 

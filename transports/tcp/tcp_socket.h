@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/socket.h"
+#include "lib/base/socket.h"
 #include "transports/tcp/wire.h"
 #include "transports/transport.h"
 

@@ -9,9 +9,9 @@
 #include <map>
 #include <utility>
 
-#include "lib/error.h"
-#include "lib/log.h"
-#include "lib/socket.h"
+#include "lib/base/error.h"
+#include "lib/base/log.h"
+#include "lib/base/socket.h"
 #include "transports/tcp/tcp_socket.h"
 #include "transports/tcp/wire.h"
 
@@ -110,7 +110,6 @@ class TcpTransport final : public Transport {
       socks[i]->queueSend(h, static_cast<const uint8_t*>(buf) + off, req);
       explained(peer, [&] { socks[i]->flush(); });
     }
-    bytesSent_ += len;
   }
 
   void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) override {
@@ -187,8 +186,6 @@ class TcpTransport final : public Transport {
       for (auto& sock : socks) sock->writeControl(h, "", deadline);
     conns_.clear();
   }
-
-  uint64_t bytesSent() const override { return bytesSent_; }
 
  private:
   const PeerInfo& self() const { return setup_.peers[setup_.rank]; }
@@ -281,7 +278,6 @@ class TcpTransport final : public Transport {
   std::vector<std::pair<int, size_t>> sockIndex_;  // epoll key -> (peer, connection index)
   std::vector<Pending> pending_;
   std::map<int, std::map<int, Fd>> arrived_;  // peer -> connection index -> socket, before accept() claims it
-  uint64_t bytesSent_ = 0;
   unsigned spins_ = 0;
   static constexpr unsigned kEpollEvery = 16;
 };

@@ -1,4 +1,4 @@
-#include "lib/comm.h"
+#include "lib/comm/comm.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -9,10 +9,11 @@
 #include <cstdlib>
 
 #include "algorithms/tree_shape.h"
-#include "lib/bootstrap.h"
-#include "lib/error.h"
-#include "lib/log.h"
-#include "lib/tuning.h"
+#include "lib/base/identity.h"
+#include "lib/comm/bootstrap.h"
+#include "lib/base/error.h"
+#include "lib/base/log.h"
+#include "lib/comm/tuning.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 
@@ -174,7 +175,7 @@ void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
   bool spinning = true;  // reading the clock costs more than a look at the transports: only every 16th time
   while (!done()) {
     if (aborted_.load(std::memory_order_relaxed))
-      fail(chorusInvalidUsage, "{}: {} was interrupted by chorusCommAbort", name(), transport::describe(tag));
+      fail(chorusInvalidUsage, "{}: {} was interrupted by chorusCommAbort", name(), describe(tag));
     if (progress()) {
       idle = 0;
       spinning = true;
@@ -194,7 +195,7 @@ void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
     }
     if (now - lastMove > timeout)
       fail(chorusTimeout, "{}: {} made no progress for {} s (CHORUS_TIMEOUT); a peer is stuck or unreachable",
-           name(), transport::describe(tag), config_.timeoutSec);
+           name(), describe(tag), config_.timeoutSec);
     sleepOnTransports();
   }
 }

@@ -1,14 +1,14 @@
-#include "lib/group.h"
+#include "lib/api/group.h"
 
 #include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
 
-#include "lib/collectives.h"
-#include "lib/error.h"
-#include "lib/registry.h"
-#include "lib/stream.h"
+#include "lib/comm/collectives.h"
+#include "lib/base/error.h"
+#include "lib/api/registry.h"
+#include "lib/comm/stream.h"
 
 namespace chorus {
 
@@ -16,7 +16,7 @@ namespace {
 
 struct Recorded {
   Comm* comm;
-  algo::CollArgs args;
+  CollArgs args;
   chorusStream_t stream;
 };
 
@@ -26,7 +26,7 @@ struct GroupState {
 };
 thread_local GroupState tGroup;
 
-void tagAndRun(Comm& comm, std::span<const algo::CollArgs> calls) {
+void tagAndRun(Comm& comm, std::span<const CollArgs> calls) {
   if (calls.size() == 1) {  // the common case, without allocating
     TaggedCall one = tagCall(comm, calls[0]);
     runCalls(comm, std::span<const TaggedCall>(&one, 1));
@@ -39,8 +39,8 @@ void tagAndRun(Comm& comm, std::span<const algo::CollArgs> calls) {
 }
 
 // An asynchronous task owns copies of its calls.
-std::function<void()> makeTask(Comm& comm, std::span<const algo::CollArgs> calls) {
-  return [&comm, owned = std::vector<algo::CollArgs>(calls.begin(), calls.end())] { tagAndRun(comm, owned); };
+std::function<void()> makeTask(Comm& comm, std::span<const CollArgs> calls) {
+  return [&comm, owned = std::vector<CollArgs>(calls.begin(), calls.end())] { tagAndRun(comm, owned); };
 }
 
 }  // namespace
@@ -48,14 +48,14 @@ std::function<void()> makeTask(Comm& comm, std::span<const algo::CollArgs> calls
 int groupDepth() { return tGroup.depth; }
 void groupStart() { ++tGroup.depth; }
 
-bool groupRecord(Comm* comm, const algo::CollArgs& args, chorusStream_t stream) {
+bool groupRecord(Comm* comm, const CollArgs& args, chorusStream_t stream) {
   if (tGroup.depth == 0) return false;
   tGroup.calls.push_back({comm, args, stream});
   return true;
 }
 
 // Queues calls on comm; when the caller must block, returns a private stream that completes with them.
-std::unique_ptr<chorusStream> start(Comm& comm, std::span<const algo::CollArgs> calls,
+std::unique_ptr<chorusStream> start(Comm& comm, std::span<const CollArgs> calls,
                                     std::span<const chorusStream_t> streams) {
   bool blocking = streams.empty() || std::count(streams.begin(), streams.end(), nullptr) > 0;
   std::vector<chorusStream*> live;
@@ -70,7 +70,7 @@ std::unique_ptr<chorusStream> start(Comm& comm, std::span<const algo::CollArgs> 
   return waiter;
 }
 
-void issue(Comm& comm, std::span<const algo::CollArgs> calls, std::span<const chorusStream_t> streams) {
+void issue(Comm& comm, std::span<const CollArgs> calls, std::span<const chorusStream_t> streams) {
   if (std::all_of(streams.begin(), streams.end(), [](chorusStream_t s) { return s == nullptr; })) {
     // Inline when idle (no hand-off latency). The task only refers to this frame, which outlives it: a
     // blocking call returns after its work ran, even when it had to queue.
@@ -89,7 +89,7 @@ void groupEnd() {
   tGroup.calls.clear();
   // One operation per communicator, in the order communicators first appear.
   std::vector<Comm*> order;
-  std::map<Comm*, std::pair<std::vector<algo::CollArgs>, std::vector<chorusStream_t>>> byComm;
+  std::map<Comm*, std::pair<std::vector<CollArgs>, std::vector<chorusStream_t>>> byComm;
   for (const Recorded& r : calls) {
     if (!byComm.count(r.comm)) order.push_back(r.comm);
     byComm[r.comm].first.push_back(r.args);

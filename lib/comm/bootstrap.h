@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
-#include "lib/socket.h"
+#include "lib/base/socket.h"
 
 namespace chorus {
 
@@ -40,7 +40,5 @@ struct BootstrapResult {
 };
 BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine, Deadline deadline);
 
-uint64_t randomU64();
-std::string hostIdentity(const std::string& overrideId);  // hostname + boot id unless overridden
 
 }  // namespace chorus

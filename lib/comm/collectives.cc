@@ -1,16 +1,16 @@
-#include "lib/collectives.h"
+#include "lib/comm/collectives.h"
 
 #include <algorithm>
 #include <cstring>
 #include <deque>
 
-#include "lib/error.h"
+#include "lib/base/error.h"
 #include "lib/kernels/reduce.h"
-#include "lib/log.h"
+#include "lib/base/log.h"
 
 namespace chorus {
 
-TaggedCall tagCall(Comm& comm, const algo::CollArgs& a) {
+TaggedCall tagCall(Comm& comm, const CollArgs& a) {
   TaggedCall t{a, {}};
   t.tag.kind = a.kind;
   t.tag.count = a.count;
@@ -35,7 +35,7 @@ namespace {
 // AUTO (or CHORUS_ALGO's allowed set) picks the allreduce by the communicator's cost model (Note [Cost model],
 // algorithms/cost_model.h). A change of choice from one call to the next is logged with the prediction.
 void allReduce(Comm& comm, const TaggedCall& c) {
-  const algo::CollArgs& a = c.args;
+  const CollArgs& a = c.args;
   const size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
   algo::AllReduceAlgo choice = comm.costModel().chooseAllReduce(comm.config().algo.allReduce, bytes, nullptr);
   if (static_cast<int>(choice) != comm.lastAllReduceChoice) {
@@ -54,8 +54,8 @@ void allReduce(Comm& comm, const TaggedCall& c) {
 }
 
 void runOne(Comm& comm, const TaggedCall& c) {
-  const algo::CollArgs& a = c.args;
-  CHORUS_DEBUG(kColl, "{} {} sendbuff {} recvbuff {}", comm.name(), transport::describe(c.tag), a.sendbuff,
+  const CollArgs& a = c.args;
+  CHORUS_DEBUG(kColl, "{} {} sendbuff {} recvbuff {}", comm.name(), describe(c.tag), a.sendbuff,
                a.recvbuff);
   switch (a.kind) {
     case OpKind::AllReduce: return allReduce(comm, c);
@@ -72,14 +72,14 @@ void runOne(Comm& comm, const TaggedCall& c) {
 
 // A group's Sends to self and Recvs from self pair up in order and become copies.
 void copySelfMessages(Comm& comm, std::span<const TaggedCall> calls) {
-  std::vector<const algo::CollArgs*> sends, recvs;
+  std::vector<const CollArgs*> sends, recvs;
   for (const TaggedCall& c : calls)
     if (c.args.kind == OpKind::Send && c.args.root == comm.rank()) (c.args.isRecv ? recvs : sends).push_back(&c.args);
   if (sends.size() != recvs.size())
     fail(chorusInvalidUsage, "{}: this group has {} Send(s) to self but {} Recv(s) from self; they must pair up",
          comm.name(), sends.size(), recvs.size());
   for (size_t i = 0; i < sends.size(); ++i) {
-    const algo::CollArgs &s = *sends[i], &r = *recvs[i];
+    const CollArgs &s = *sends[i], &r = *recvs[i];
     if (s.count != r.count || s.dtype != r.dtype)
       fail(chorusInvalidUsage, "{}: Send #{} to self has count {} ({}) but its Recv from self has count {} ({})",
            comm.name(), i, s.count, kernels::dataTypeName(s.dtype), r.count, kernels::dataTypeName(r.dtype));

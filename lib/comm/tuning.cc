@@ -1,4 +1,4 @@
-#include "lib/tuning.h"
+#include "lib/comm/tuning.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,8 +6,8 @@
 
 #include "algorithms/collective.h"
 #include "algorithms/tree_shape.h"
-#include "lib/comm.h"
-#include "lib/log.h"
+#include "lib/comm/comm.h"
+#include "lib/base/log.h"
 
 namespace chorus {
 
@@ -126,7 +126,7 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
     agreed[0] = measureUsPerMiB(comm, leaders);
     agreed[1] = measureStep(comm, leaders);
   }
-  algo::CollArgs a;
+  CollArgs a;
   a.kind = OpKind::AllReduce;
   a.sendbuff = agreed;
   a.recvbuff = agreed;

@@ -5,11 +5,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "lib/api_guard.h"
-#include "lib/bootstrap.h"
-#include "lib/comm.h"
-#include "lib/group.h"
-#include "lib/registry.h"
+#include "lib/api/api_guard.h"
+#include "lib/base/identity.h"
+#include "lib/comm/bootstrap.h"
+#include "lib/comm/comm.h"
+#include "lib/api/group.h"
+#include "lib/api/registry.h"
 
 using namespace chorus;
 
@@ -237,6 +238,14 @@ chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank) {
     CallRef c(comm, "comm");
     if (rank == nullptr) fail(chorusInvalidArgument, "rank is NULL");
     *rank = c->rank();
+  });
+}
+
+chorusResult_t chorusCommGetBytesSent(const chorusComm_t comm, unsigned long long* bytes) {
+  return apiCall(comm, [&] {
+    CallRef c(comm, "comm");
+    if (bytes == nullptr) fail(chorusInvalidArgument, "bytes is NULL");
+    *bytes = c->bytesSent();
   });
 }
 

@@ -1,9 +1,9 @@
-#include "lib/executor.h"
+#include "lib/comm/executor.h"
 
-#include "lib/comm.h"
-#include "lib/error.h"
-#include "lib/log.h"
-#include "lib/stream.h"
+#include "lib/comm/comm.h"
+#include "lib/base/error.h"
+#include "lib/base/log.h"
+#include "lib/comm/stream.h"
 
 namespace chorus {
 

@@ -1,4 +1,4 @@
-#include "lib/log.h"
+#include "lib/base/log.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "lib/env.h"
+#include "lib/base/env.h"
 
 namespace chorus::log {
 

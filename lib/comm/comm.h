@@ -10,22 +10,19 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/context.h"
 #include "algorithms/cost_model.h"
 #include "chorus/chorus.h"
-#include "lib/bootstrap.h"
-#include "lib/env.h"
-#include "lib/error.h"
-#include "lib/executor.h"
-#include "lib/socket.h"
+#include "lib/comm/bootstrap.h"
+#include "lib/base/env.h"
+#include "lib/base/error.h"
+#include "lib/comm/executor.h"
+#include "lib/base/socket.h"
 #include "transports/transport.h"
 
 namespace chorus {
 
-using transport::OpKind;
-using transport::OpTag;
-using transport::Request;
-
-class Comm {
+class Comm : public algo::Context {
  public:
   // Collective: bootstraps with the root, then connects to every peer. Throws chorus::Error.
   Comm(int nranks, int rank, const struct UniqueIdData& root, const Config& config);
@@ -33,14 +30,15 @@ class Comm {
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
-  int rank() const { return setup_.rank; }
-  int nranks() const { return setup_.nranks; }
+  int rank() const final { return setup_.rank; }
+  int nranks() const final { return setup_.nranks; }
   const Config& config() const { return config_; }
   const transport::PeerInfo& peer(int r) const { return setup_.peers[r]; }
   // True when every peer is reached through shared memory (then extra messages cost no system calls).
   bool allPeersOverShm() const { return allShm_; }
   // Host index of every rank (equal host identity, numbered by first rank), for topology-aware algorithms.
-  const std::vector<int>& hostOf() const { return hostOf_; }
+  const std::vector<int>& hostOf() const final { return hostOf_; }
+  size_t chunkBytes() const final { return config_.chunkBytes; }
   // True when every pair of ranks sharing a host talks over shared memory (the same answer on every rank).
   bool localPairsOverShm() const { return localShm_; }
   // AUTO's predictions (algorithms/cost_model.h), built at creation (lib/tuning.h).
@@ -48,20 +46,17 @@ class Comm {
   std::string name() const { return peer(rank()).name(); }
   Executor& executor() { return *executor_; }
 
-  // ---- for algorithms (executing thread only) ----
-  void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req);
-  void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req);
-  // transport::Transport::irecvReduce: false when the peer's transport cannot reduce while receiving.
+  // ---- algo::Context, for algorithms (executing thread only) ----
+  void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) final;
+  void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) final;
   bool irecvReduce(int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype, chorusRedOp_t op,
-                   const OpTag& tag, Request* req) {
+                   const OpTag& tag, Request* req) final {
     return route_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
   }
   // Drives the transports until done() is true: spins CHORUS_SPIN_US, then sleeps in poll. Throws on abort,
-  // on a transport error, and after CHORUS_TIMEOUT seconds without progress (naming `waitingOn`).
-  void waitUntil(const std::function<bool()>& done, const OpTag& tag);
-  void wait(Request& r, const OpTag& tag) { waitUntil([&] { return r.done; }, tag); }
-  // Scratch memory reused across operations; `slot` selects independent buffers.
-  uint8_t* scratch(size_t bytes, int slot = 0);
+  // on a transport error, and after CHORUS_TIMEOUT seconds without progress (naming the operation).
+  void waitUntil(const std::function<bool()>& done, const OpTag& tag) final;
+  uint8_t* scratch(size_t bytes, int slot = 0) final;
   uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
   // ---- sequence numbers, taken at enqueue time so tags follow issue order ----

@@ -4,14 +4,14 @@
 #include <cstring>
 #include <limits>
 
-#include "lib/api_guard.h"
-#include "lib/comm.h"
-#include "lib/group.h"
+#include "lib/api/api_guard.h"
+#include "lib/comm/comm.h"
+#include "lib/api/group.h"
 #include "lib/kernels/reduce.h"
-#include "lib/registry.h"
+#include "lib/api/registry.h"
 
 using namespace chorus;
-using chorus::algo::CollArgs;
+using chorus::CollArgs;
 
 namespace {
 

@@ -6,8 +6,8 @@
 #include <new>
 
 #include "chorus/chorus.h"
-#include "lib/error.h"
-#include "lib/log.h"
+#include "lib/base/error.h"
+#include "lib/base/log.h"
 
 namespace chorus {
 

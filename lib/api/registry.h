@@ -4,7 +4,7 @@
 #pragma once
 
 #include "chorus/chorus.h"
-#include "lib/comm.h"
+#include "lib/comm/comm.h"
 
 namespace chorus {
 

@@ -1,4 +1,4 @@
-#include "lib/registry.h"
+#include "lib/api/registry.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -7,8 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "lib/error.h"
-#include "lib/stream.h"
+#include "lib/base/error.h"
+#include "lib/comm/stream.h"
 
 namespace chorus {
 

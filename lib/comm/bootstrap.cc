@@ -1,4 +1,4 @@
-#include "lib/bootstrap.h"
+#include "lib/comm/bootstrap.h"
 
 #include <poll.h>
 #include <sys/random.h>
@@ -9,8 +9,9 @@
 #include <map>
 #include <thread>
 
-#include "lib/error.h"
-#include "lib/log.h"
+#include "lib/base/error.h"
+#include "lib/base/identity.h"
+#include "lib/base/log.h"
 
 namespace chorus {
 
@@ -213,22 +214,6 @@ void rootMain(Fd listener, uint64_t secret, double timeoutSec) {
 }
 
 }  // namespace
-
-uint64_t randomU64() {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof v, 0) != sizeof v) failErrno("getrandom");
-  return v;
-}
-
-std::string hostIdentity(const std::string& overrideId) {
-  if (!overrideId.empty()) return overrideId;
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string boot;
-  std::getline(f, boot);
-  return std::string(host) + ":" + boot;
-}
 
 void encodeUniqueId(const UniqueIdData& d, chorusUniqueId* id) {
   std::memset(id, 0, sizeof *id);

@@ -1,4 +1,4 @@
-#include "lib/socket.h"
+#include "lib/base/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "lib/error.h"
+#include "lib/base/error.h"
 
 namespace chorus {
 

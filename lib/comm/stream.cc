@@ -1,4 +1,4 @@
-#include "lib/stream.h"
+#include "lib/comm/stream.h"
 
 void chorusStream::add() {
   std::lock_guard<std::mutex> g(mu);

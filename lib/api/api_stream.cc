@@ -1,8 +1,8 @@
 // Exported functions: streams.
-#include "lib/api_guard.h"
-#include "lib/comm.h"
-#include "lib/registry.h"
-#include "lib/stream.h"
+#include "lib/api/api_guard.h"
+#include "lib/comm/comm.h"
+#include "lib/api/registry.h"
+#include "lib/comm/stream.h"
 
 using namespace chorus;
 
@@ -44,6 +44,15 @@ chorusResult_t chorusStreamQuery(chorusStream_t stream) {
     if (rc != chorusSuccess && rc != chorusInProgress) throw Error(rc, msg);
   });
   return api != chorusSuccess ? api : rc;
+}
+
+chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, void* userData) {
+  return apiCall(nullptr, [&] {
+    checkLive(stream);
+    if (fn == nullptr) fail(chorusInvalidArgument, "fn is NULL");
+    CallRef ref(static_cast<chorusComm_t>(stream->comm), "the stream's communicator");
+    ref->executor().enqueue([fn, userData] { fn(userData); }, {stream});
+  });
 }
 
 chorusResult_t chorusStreamDestroy(chorusStream_t stream) {

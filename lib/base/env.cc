@@ -1,4 +1,4 @@
-#include "lib/env.h"
+#include "lib/base/env.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "lib/error.h"
+#include "lib/base/error.h"
 
 namespace chorus {
 

@@ -1,0 +1,60 @@
+// The vocabulary the algorithms and the transports share: what an operation is (OpKind, CollArgs), the tag
+// its every message carries (OpTag, Note [Message tags] in transports/transport.h) and a posted message's
+// completion flag (Request).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "chorus/chorus.h"
+
+namespace chorus {
+
+enum class OpKind : uint8_t {
+  None = 0, AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Barrier
+};
+
+struct OpTag {
+  uint64_t seq = 0;    // collective sequence number, or the n-th Send/Recv between this pair
+  uint64_t count = 0;  // the call's count argument
+  int32_t root = -1;
+  OpKind kind = OpKind::None;
+  uint8_t dtype = 0;
+  uint8_t redop = 0;
+  bool operator==(const OpTag&) const = default;
+};
+std::string describe(const OpTag& tag);  // "AllReduce #5 (count 10, float32, sum)"
+
+// The OpTag a transport's message header repeats (any header with these six fields).
+template <typename Header>
+OpTag tagOf(const Header& h) {
+  OpTag t;
+  t.seq = h.seq;
+  t.count = h.count;
+  t.root = h.root;
+  t.kind = static_cast<OpKind>(h.kind);
+  t.dtype = h.dtype;
+  t.redop = h.redop;
+  return t;
+}
+
+// Completion flag owned by the caller; must outlive the operation it was posted with.
+struct Request {
+  bool done = false;
+  int pendingParts = 0;  // transport-private bookkeeping
+};
+
+// One recorded call, as validated at the API.
+struct CollArgs {
+  OpKind kind = OpKind::None;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;  // the call's count argument (per-rank block for AllGather/ReduceScatter/AllToAll)
+  chorusDataType_t dtype = chorusFloat32;
+  chorusRedOp_t op = chorusSum;
+  int root = -1;  // Broadcast/Reduce root, or the peer of a Send/Recv
+  bool isRecv = false;  // Send kind only: this side receives
+};
+
+}  // namespace chorus
