@@ -32,11 +32,6 @@ unsigned algoBit(AllReduceAlgo a) {
 // Ranks of one host, measured with all_reduce_perf on this project's 2-core VMs (alpha: 8-byte latency per
 // step; beta: 2-rank ring busbw at 1-16 MiB). Oversubscribed (more ranks than cores): every step waits for the
 // peer to be scheduled (4 ranks, 8 B: ~10 us over shm, ~35 us per step over TCP).
-LinkCost CostModel::localTable(bool shm, bool oversubscribed) {
-  if (shm) return oversubscribed ? LinkCost{5.0, 6.0} : LinkCost{0.3, 12.0};
-  return oversubscribed ? LinkCost{35.0, 1.5} : LinkCost{10.0, 3.5};
-}
-
 namespace {
 
 int floorLog2(int n) {
@@ -103,7 +98,7 @@ AllReduceAlgo measuredOneHostChoice(const CostModel& m, size_t bytes) {
   if (bytes <= 4096 && m.directAllowed) return AllReduceAlgo::Direct;
   // Two ranks over shm: one exchange of the whole buffer beats the ring's two phases up to 512 KiB (64 KiB slots;
   // 2 ranks, 512 KiB, busbw GB/s in three interleaved runs: 14.6/13.4/14.6 against 12.5/12.1/12.6).
-  const size_t rdMax = m.nranks == 2 && m.allShm ? 512 * 1024 : 256 * 1024;
+  const size_t rdMax = m.nranks == 2 && m.reduceOnReceive ? 512 * 1024 : 256 * 1024;
   if (bytes <= rdMax) return AllReduceAlgo::RecursiveDoubling;
   if (m.nranks >= 4 && bytes <= 2 * 1024 * 1024) return AllReduceAlgo::HalvingDoubling;
   return AllReduceAlgo::Ring;

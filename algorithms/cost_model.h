@@ -2,8 +2,8 @@
 // AUTO picks an allreduce algorithm per call by predicted time in the alpha-beta(-gamma) form:
 //     time = alpha * latency steps + bytes on the busiest link / beta + bytes reduced by one rank / gamma
 // where the pipelined algorithms (ring, tree) overlap the three terms as described below,
-// with (alpha, beta) per kind of link: `local` between ranks of one host (shm or TCP loopback, from the table
-// in cost_model.cc, measured on this project's 2-core machines) and `net` between hosts (measured when the
+// with (alpha, beta) per kind of link: `local` between ranks of one host (the numbers the transport serving
+// them gives, transports/registry.h, measured on this project's 2-core machines) and `net` between hosts (measured when the
 // communicator is created: buildCostModel, lib/tuning.cc). Steps and bytes per algorithm, n ranks, S bytes:
 //   ring   2(n-1) steps, 2(n-1)/n S on each link, (n-1)/n S reduced; pipelined in chunks, so the steps'
 //          latency overlaps the transfer where a segment has several chunks (the larger of the first chunk's
@@ -44,15 +44,12 @@ struct CostModel {
   int maxPerHost = 1;     // ranks on the most populated host
   int hostTreeDepth = 0;  // edges on the deepest root-to-leaf path of the host-level double binary tree
   int treeLoad = 4;       // half-buffers the busiest rank sends in the two trees (2 with 2 hosts, else 4+)
-  bool allShm = false;         // every peer over shared memory
-  bool directAllowed = false;  // allShm and n > 2
+  bool reduceOnReceive = false;  // every pair's transport reduces while receiving (shm): no staging copies
+  bool directAllowed = false;    // reduceOnReceive and n > 2
   LinkCost local;         // between ranks of one host
   LinkCost net;           // between hosts (meaningful when hosts > 1)
   double reduceGBps = 30;  // reduction kernel (cache-resident), bytes of output per ns
   size_t chunkBytes = 96 * 1024;
-
-  // Table values for ranks of one host: over shared memory or TCP loopback, with ranks oversubscribing cores.
-  static LinkCost localTable(bool shm, bool oversubscribed);
 
   // Predicted microseconds for an allreduce of `bytes`; infinity when the algorithm cannot run here.
   double allReduceUs(AllReduceAlgo a, size_t bytes) const;

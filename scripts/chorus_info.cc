@@ -1,5 +1,7 @@
 // chorus_info: prints the library version, the reduction ISA in use, the network interface a communicator
-// would pick, and every environment variable Chorus reads with its current value (chorusrun --info runs it).
+// would pick, every transport (built-in, plugin loaded, or not available and why) with the order
+// CHORUS_TRANSPORTS gives, and every environment variable Chorus reads, section by section, with its current
+// value (chorusrun --info runs it).
 // chorus_info --comm, run as every rank of a communicator (e.g. chorusrun -n 8 chorus_info --comm), creates the
 // communicator from the environment and rank 0 prints its cost model: the measured link costs, the AllReduce
 // algorithm AUTO (or CHORUS_ALGO's allowed set) picks from each crossover size up, and the predicted time of
@@ -14,6 +16,8 @@
 #include "lib/base/error.h"
 #include "lib/kernels/reduce.h"
 #include "lib/base/socket.h"
+#include "transports/plugin_host.h"
+#include "transports/registry.h"
 
 namespace {
 
@@ -60,11 +64,31 @@ int main(int argc, char** argv) {
   } catch (const chorus::Error& e) {
     std::printf("environment: INVALID: %s\n", e.what());
   }
-  std::printf("\n%-22s %-7s %-8s %-14s %s\n", "variable", "type", "default", "value", "description");
-  for (const chorus::EnvSpec& s : chorus::envTable()) {
-    const char* v = std::getenv(s.name);
-    std::printf("%-22s %-7s %-8s %-14s %s\n", s.name, s.type, *s.defaultValue ? s.defaultValue : "-",
-                v ? v : "(unset)", s.description);
+  namespace tr = chorus::transport;
+  std::printf("\ntransports (default order first; plugins searched in");
+  for (const std::string& d : tr::pluginSearchPath()) std::printf(" %s", d.c_str());
+  std::printf("):\n");
+  for (const tr::Descriptor& d : tr::registered())
+    std::printf("  %-6s %-9s %s\n", d.name.c_str(), d.origin == "built-in" ? "built-in" : "plugin", d.origin.c_str());
+  for (const tr::Unavailable& u : tr::unavailable())
+    std::printf("  %-6s %-9s %s\n", u.name.c_str(), "n/a", u.why.c_str());
+  try {
+    std::string order;
+    for (const tr::Descriptor* d : tr::select(chorus::envValue("CHORUS_TRANSPORTS"))) order += " " + d->name;
+    std::printf("CHORUS_TRANSPORTS='%s' ->%s\n", chorus::envValue("CHORUS_TRANSPORTS").c_str(), order.c_str());
+  } catch (const chorus::Error& e) {
+    std::printf("CHORUS_TRANSPORTS: INVALID: %s\n", e.what());
   }
+  auto section = [](const char* title, std::span<const chorus::EnvSpec> vars) {
+    if (vars.empty()) return;
+    std::printf("\n[%s]\n%-24s %-7s %-8s %-14s %s\n", title, "variable", "type", "default", "value", "description");
+    for (const chorus::EnvSpec& s : vars) {
+      const char* v = std::getenv(s.name);
+      std::printf("%-24s %-7s %-8s %-14s %s\n", s.name, s.type, *s.defaultValue ? s.defaultValue : "-",
+                  v ? v : "(unset)", s.description);
+    }
+  };
+  section("core", chorus::envTable());
+  for (const tr::Descriptor& d : tr::registered()) section(d.name.c_str(), d.env);
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "algorithms/cost_model.h"
 #include "algorithms/tree_shape.h"
 #include "lib/base/env.h"
+#include "transports/registry.h"
 
 using namespace chorus;
 using algo::AllReduceAlgo;
@@ -51,7 +52,8 @@ int main(int argc, char** argv) {
     m.hostTreeDepth = trees.depth;
     m.treeLoad = trees.load;
     m.net = {alpha, gbps};
-    m.local = algo::CostModel::localTable(true, false);
+    if (const chorus::transport::Descriptor* shm = chorus::transport::find("shm"))
+      m.local = {shm->traits.alphaUs, shm->traits.gbps};
     m.chunkBytes = chunk;
     std::printf("%6d %5d", n, m.hostTreeDepth);
     for (size_t s : sizes)

@@ -25,6 +25,9 @@ std::string refusal(const std::string& text) {
   return "";
 }
 
+// The links of one host that transports/shm and transports/tcp give the model (their LinkTraits).
+constexpr algo::LinkCost kShm{0.3, 12.0}, kShmOversubscribed{5.0, 6.0}, kTcp{10.0, 3.5};
+
 // 8 hosts x 1 rank joined by 1 Gbit/s links with 0.5 ms delay (the netns cluster of scripts/netns-cluster).
 CostModel slowCluster(int hosts) {
   CostModel m;
@@ -32,7 +35,7 @@ CostModel slowCluster(int hosts) {
   m.hosts = hosts;
   m.maxPerHost = 1;
   m.hostTreeDepth = hosts <= 1 ? 0 : hosts <= 2 ? 1 : hosts <= 4 ? 2 : 3;
-  m.local = CostModel::localTable(true, false);
+  m.local = kShm;
   m.net = {550, 0.117};
   return m;
 }
@@ -76,7 +79,7 @@ TEST(CostModel, OneHostKeepsTheMeasuredSizes) {
   CostModel tcp2;
   tcp2.nranks = 2;
   tcp2.maxPerHost = 2;
-  tcp2.local = CostModel::localTable(false, false);
+  tcp2.local = kTcp;
   EXPECT_EQ(tcp2.chooseAllReduce(kAlgoAll, 8), AllReduceAlgo::RecursiveDoubling);
   EXPECT_EQ(tcp2.chooseAllReduce(kAlgoAll, 256 << 10), AllReduceAlgo::RecursiveDoubling);
   EXPECT_EQ(tcp2.chooseAllReduce(kAlgoAll, 512 << 10), AllReduceAlgo::Ring);
@@ -88,7 +91,7 @@ TEST(CostModel, OneHostKeepsTheMeasuredSizes) {
   shm4.nranks = 4;
   shm4.maxPerHost = 4;
   shm4.directAllowed = true;
-  shm4.local = CostModel::localTable(true, true);
+  shm4.local = kShmOversubscribed;
   for (size_t b = 8; b <= (size_t{1} << 28); b *= 4) EXPECT_NE(shm4.chooseAllReduce(kAlgoAll, b), AllReduceAlgo::Tree);
   EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 8), AllReduceAlgo::Direct);
   EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 8192), AllReduceAlgo::RecursiveDoubling);

@@ -1,5 +1,6 @@
-// The transport interface: everything an algorithm may ask of the network. Built-in transports (tcp/, shm/, and
-// later ucx/, ibverbs/, cuda_ipc/) implement exactly this, like an outside plugin would.
+// The transport interface: everything the communicator asks of the network. Built-in transports (tcp/, shm/)
+// and plugins (ucx/; later ibverbs/, cuda_ipc/, through transports/plugin.h) implement exactly this; each
+// describes itself to the registry (transports/registry.h).
 //
 // Note [Message tags]: every message carries the OpTag of the operation it belongs to (sequence number and a
 // fingerprint of the call). Between two ranks messages arrive in the order they were posted, so a receiver
@@ -20,7 +21,9 @@
 
 namespace chorus::transport {
 
-constexpr size_t kMaxAddressBytes = 128;
+// A transport's address (what address() publishes through the bootstrap) is at most this long. UCX worker
+// addresses with tcp and shared memory measured 300-900 bytes here.
+constexpr size_t kMaxAddressBytes = 4096;
 
 using chorus::OpKind;
 using chorus::OpTag;
@@ -34,44 +37,28 @@ struct PeerInfo {
   std::string name() const;  // "rank 3 (pid 123 on host1)"
 };
 
-// Per-communicator facts a transport needs at creation.
+// Per-communicator facts a transport needs at creation. A transport reads its own settings (its section of
+// the environment table) itself.
 struct Setup {
   int rank = -1;
   int nranks = 0;
   uint64_t secret = 0;  // every connection proves it knows this
   uint64_t commId = 0;  // distinguishes communicators sharing a process
-  int nsocks = 1;
-  uint64_t shmDirectBytes = 0;  // shm: messages from this size up are copied from the sender's memory; 0: never
-  std::string socketIfname;
+  std::string socketIfname;     // CHORUS_SOCKET_IFNAME, for transports that open sockets
   std::vector<PeerInfo> peers;  // indexed by rank, filled once the bootstrap exchange is done
 };
-
-// The checks every transport's connection handshake shares: "" if a Hello (any struct with magic, version,
-// secret, commId, fromRank, toRank) may come from a lower rank of this communicator, else why to drop it.
-template <typename Hello>
-std::string helloProblem(const Hello& h, uint32_t magic, uint32_t version, const Setup& setup) {
-  if (h.magic != magic) return "bad magic (not a Chorus peer)";
-  if (h.version != version) return "wire version " + std::to_string(h.version) + " (this rank speaks " +
-                                   std::to_string(version) + ")";
-  if (h.secret != setup.secret) return "wrong secret";
-  if (h.commId != setup.commId) return "it belongs to another communicator";
-  if (h.toRank != setup.rank || h.fromRank < 0 || h.fromRank >= setup.rank)
-    return "unexpected ranks " + std::to_string(h.fromRank) + " -> " + std::to_string(h.toRank);
-  return "";
-}
 
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual const char* name() const = 0;
-  // True when this transport can carry traffic between self and peer (e.g. same host for shared memory).
-  virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
   // Opaque bytes (at most kMaxAddressBytes) that a peer passes to connect(). Valid from construction.
   virtual std::vector<uint8_t> address() const = 0;
-  // Setup, blocking until the deadline: the lower rank of a pair calls connect, the higher calls accept.
-  // accept() closes and logs any connection that fails the handshake, without giving up.
+  // Setup, blocking until the deadline: the lower rank of a pair calls connect, the higher calls accept; each
+  // gets the other's address. accept() closes and logs any connection that fails the handshake, without
+  // giving up. A rank calls connect for all its higher peers before it accepts any lower one.
   virtual void connect(int peer, const std::vector<uint8_t>& address, std::chrono::steady_clock::time_point deadline) = 0;
-  virtual void accept(int peer, std::chrono::steady_clock::time_point deadline) = 0;
+  virtual void accept(int peer, const std::vector<uint8_t>& address, std::chrono::steady_clock::time_point deadline) = 0;
   // Queues len bytes tagged `tag` to peer. Never blocks; buf and *req stay valid until req->done.
   virtual void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) = 0;
   // Posts a receive of exactly len bytes tagged `tag` from peer. Never blocks; see Note [Message tags].

@@ -20,9 +20,8 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_ALGO", "string", "AUTO",
      "algorithms allowed: RING, TREE, AUTO (cost model), a comma list, ^ excludes, or per collective as "
      "allreduce:tree;broadcast:ring (NCCL_ALGO's grammar)"},
-    {"CHORUS_NSOCKS", "int", "1", "TCP connections per peer; large messages are split across them (1..16)"},
-    {"CHORUS_CHUNK_BYTES", "bytes", "", "pipeline chunk of the ring and chain algorithms (4K..64M); default 1M "
-     "when every peer is over shared memory, else 96K (measured, lib/comm.cc)"},
+    {"CHORUS_CHUNK_BYTES", "bytes", "", "pipeline chunk of the ring and chain algorithms (4K..64M); default: the "
+     "smallest that a transport in use asks for (shm 1M, tcp 96K, ucx 1M; measured)"},
     {"CHORUS_SPIN_US", "int", "", "microseconds a waiting rank polls before it sleeps in epoll (0..100000); "
      "default 50, or 0 when this host runs more ranks than it has cores"},
     {"CHORUS_YIELD_US", "int", "200",
@@ -32,10 +31,12 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_SOCKET_IFNAME", "string", "",
      "interfaces to use: prefix list, ^ excludes, = exact (NCCL_SOCKET_IFNAME syntax); default first up non-lo"},
     {"CHORUS_HOSTID", "string", "", "overrides the host identity (hostname + boot id) used to group ranks"},
-    {"CHORUS_SHM_DISABLE", "int", "0", "1: ranks on the same host talk over TCP instead of shared memory"},
-    {"CHORUS_SHM_DIRECT_BYTES", "bytes", "0",
-     "shm messages from this size up are read straight from the sender's memory (process_vm_readv) instead of "
-     "streamed through the FIFO; 0 = never (the measured default, transports/shm/shm_transport.h)"},
+    {"CHORUS_TRANSPORTS", "string", "",
+     "transports that may serve pairs, in order of preference: a comma list (shm,ucx), ^ for all but those "
+     "(^shm), case-insensitive; default every available one in its own order (chorus_info lists them)"},
+    {"CHORUS_PLUGIN_PATH", "string", "",
+     "colon list of folders searched first for transport plugins (libchorus-NAME.so), then the folder of "
+     "libchorus.so and its chorus/ sub-folder"},
     {"CHORUS_ROOT", "string", "", "host:port of rank 0's bootstrap listener (chorusCommInitFromEnv)"},
     {"CHORUS_SECRET", "string", "", "64-bit hex secret every connection must present (chorusCommInitFromEnv)"},
     {"CHORUS_RANK", "int", "", "this process's rank (else RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)"},
@@ -48,8 +49,10 @@ constexpr EnvSpec kEnvTable[] = {
   fail(chorusInvalidArgument, "environment variable {}='{}' is invalid: expected {}", name, value, accepted);
 }
 
-int64_t intValue(const char* name, int64_t lo, int64_t hi) {
-  std::string v = envValue(name);
+}  // namespace
+
+int64_t envInt(const char* name, int64_t lo, int64_t hi, std::span<const EnvSpec> section) {
+  std::string v = envValue(name, section);
   char* end = nullptr;
   errno = 0;
   long long x = std::strtoll(v.c_str(), &end, 10);
@@ -57,6 +60,8 @@ int64_t intValue(const char* name, int64_t lo, int64_t hi) {
     badValue(name, v, fmt::format("an integer in [{}, {}]", lo, hi).c_str());
   return x;
 }
+
+namespace {
 
 std::string upper(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
@@ -67,12 +72,19 @@ std::string upper(std::string s) {
 
 std::span<const EnvSpec> envTable() { return kEnvTable; }
 
-std::string envValue(const char* name) {
+std::string envValue(const char* name, std::span<const EnvSpec> section) {
   const char* v = std::getenv(name);
   if (v != nullptr && *v != '\0') return v;
-  for (const EnvSpec& s : kEnvTable)
+  for (const EnvSpec& s : section)
     if (std::strcmp(s.name, name) == 0) return s.defaultValue;
   return "";
+}
+
+uint64_t envBytes(const char* name, const char* accepted, std::span<const EnvSpec> section) {
+  std::string v = envValue(name, section);
+  uint64_t x = 0;
+  if (!parseBytes(v, &x)) badValue(name, v, accepted);
+  return x;
 }
 
 bool parseBytes(const std::string& text, uint64_t* out) {
@@ -167,7 +179,6 @@ AlgoChoice parseAlgo(const std::string& text) {
 Config Config::fromEnv() {
   Config c;
   c.algo = parseAlgo(envValue("CHORUS_ALGO"));
-  c.nsocks = static_cast<int>(intValue("CHORUS_NSOCKS", 1, 16));
   std::string chunkText = envValue("CHORUS_CHUNK_BYTES");
   if (!chunkText.empty()) {
     uint64_t chunk = 0;
@@ -175,15 +186,13 @@ Config Config::fromEnv() {
       badValue("CHORUS_CHUNK_BYTES", chunkText, "a size in [4K, 64M] such as 512K");
     c.chunkBytes = chunk;
   }
-  c.yieldUs = static_cast<int>(intValue("CHORUS_YIELD_US", 0, 100000));
-  if (!envValue("CHORUS_SPIN_US").empty()) c.spinUs = static_cast<int>(intValue("CHORUS_SPIN_US", 0, 100000));
-  c.timeoutSec = static_cast<double>(intValue("CHORUS_TIMEOUT", 1, 1LL << 31));
-  c.initTimeoutSec = static_cast<double>(intValue("CHORUS_INIT_TIMEOUT", 1, 1LL << 31));
+  c.yieldUs = static_cast<int>(envInt("CHORUS_YIELD_US", 0, 100000));
+  if (!envValue("CHORUS_SPIN_US").empty()) c.spinUs = static_cast<int>(envInt("CHORUS_SPIN_US", 0, 100000));
+  c.timeoutSec = static_cast<double>(envInt("CHORUS_TIMEOUT", 1, 1LL << 31));
+  c.initTimeoutSec = static_cast<double>(envInt("CHORUS_INIT_TIMEOUT", 1, 1LL << 31));
   c.socketIfname = envValue("CHORUS_SOCKET_IFNAME");
   c.hostId = envValue("CHORUS_HOSTID");
-  c.shmDisable = intValue("CHORUS_SHM_DISABLE", 0, 1) == 1;
-  std::string direct = envValue("CHORUS_SHM_DIRECT_BYTES");
-  if (!parseBytes(direct, &c.shmDirectBytes)) badValue("CHORUS_SHM_DIRECT_BYTES", direct, "a size such as 1M, or 0");
+  c.transports = envValue("CHORUS_TRANSPORTS");
   return c;
 }
 

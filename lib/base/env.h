@@ -1,5 +1,7 @@
-// Every environment variable Chorus reads lives in one table (kEnvTable): name, type, default, description.
-// Config::fromEnv() reads and validates them once per communicator init; chorus_info prints the table.
+// Every environment variable Chorus reads lives in one table: the core section here (name, type, default,
+// description), and one section per transport, which each transport brings with it (transports/registry.h).
+// Config::fromEnv() reads and validates the core section once per communicator init; a transport reads its own
+// section when it is created; chorus_info prints every section.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +17,15 @@ struct EnvSpec {
   const char* description;
 };
 
+// The core section.
 std::span<const EnvSpec> envTable();
 
-// The value in the environment, or the table's default when unset/empty.
-std::string envValue(const char* name);
+// The value in the environment, or the default that `section` gives `name` when it is unset or empty.
+std::string envValue(const char* name, std::span<const EnvSpec> section = envTable());
+// An integer in [lo, hi]; throws chorusInvalidArgument naming the variable, its value and the range.
+int64_t envInt(const char* name, int64_t lo, int64_t hi, std::span<const EnvSpec> section = envTable());
+// A size ("64K", "1M" or a plain number); throws chorusInvalidArgument naming the variable and `accepted`.
+uint64_t envBytes(const char* name, const char* accepted, std::span<const EnvSpec> section = envTable());
 
 // Algorithms a collective may use, as bits; CHORUS_ALGO restricts them per collective and AUTO's cost model
 // (algorithms/cost_model.h) picks among what is left. kAlgoOther: the small/mid-size allreduce algorithms
@@ -35,16 +42,14 @@ AlgoChoice parseAlgo(const std::string& text);
 
 struct Config {
   AlgoChoice algo;
-  int nsocks = 1;
-  size_t chunkBytes = 0;  // 0: chosen at init by transport (Comm::chooseChunk)
+  size_t chunkBytes = 0;  // 0: chosen at init from the transports' traits (Comm::chooseChunk)
   int spinUs = -1;  // -1: chosen at init from ranks per host and cores (Comm::chooseSpin)
   int yieldUs = 200;
   double timeoutSec = 600;
   double initTimeoutSec = 120;
   std::string socketIfname;
   std::string hostId;
-  bool shmDisable = false;
-  uint64_t shmDirectBytes = 0;
+  std::string transports;  // CHORUS_TRANSPORTS, parsed by transports/registry.h
 
   // Throws chorusInvalidArgument naming the variable, its value and what is accepted.
   static Config fromEnv();

@@ -12,6 +12,7 @@
 #include "lib/base/error.h"
 #include "lib/base/identity.h"
 #include "lib/base/log.h"
+#include "transports/transport.h"
 
 namespace chorus {
 
@@ -19,9 +20,9 @@ namespace {
 
 constexpr uint32_t kIdMagic = 0x43484944;  // "CHID"
 constexpr uint32_t kBootMagic = 0x43484253;  // "CHBS"
-constexpr uint32_t kBootVersion = 2;
+constexpr uint32_t kBootVersion = 3;
 constexpr uint32_t kMaxTransports = 8;
-constexpr size_t kMaxInfoFrame = 4096;
+constexpr size_t kMaxInfoFrame = 1024 + kMaxTransports * (64 + transport::kMaxAddressBytes);
 constexpr size_t kMaxTableFrame = 64u << 20;
 constexpr double kHandshakeSeconds = 5.0;
 
@@ -80,7 +81,10 @@ void putInfo(Writer& w, const RankInfo& r) {
   w.putString(r.host);
   w.putString(r.hostId);
   w.put<uint32_t>(static_cast<uint32_t>(r.addresses.size()));
-  for (const auto& a : r.addresses) w.putBytes(a.data(), a.size());
+  for (const auto& a : r.addresses) {
+    w.putString(a.transport);
+    w.putBytes(a.bytes.data(), a.bytes.size());
+  }
 }
 
 RankInfo getInfo(Reader& rd) {
@@ -92,7 +96,12 @@ RankInfo getInfo(Reader& rd) {
   r.hostId = rd.getString(512);
   uint32_t n = rd.get<uint32_t>();
   if (n > kMaxTransports) fail(chorusRemoteError, "malformed bootstrap frame: {} transport addresses", n);
-  for (uint32_t i = 0; i < n; ++i) r.addresses.push_back(rd.getBytes(256));
+  for (uint32_t i = 0; i < n; ++i) {
+    TransportAddress a;
+    a.transport = rd.getString(64);
+    a.bytes = rd.getBytes(transport::kMaxAddressBytes);
+    r.addresses.push_back(std::move(a));
+  }
   return r;
 }
 

@@ -14,13 +14,18 @@
 
 namespace chorus {
 
+struct TransportAddress {
+  std::string transport;       // its name in the registry
+  std::vector<uint8_t> bytes;  // opaque, at most transport::kMaxAddressBytes
+};
+
 struct RankInfo {
   int rank = -1;
   int nranks = 0;
   int pid = 0;
   std::string host;
   std::string hostId;
-  std::vector<std::vector<uint8_t>> addresses;  // one opaque listen address per transport (empty: not offered)
+  std::vector<TransportAddress> addresses;  // the transports this rank offers, in its order of preference
 };
 
 struct UniqueIdData {

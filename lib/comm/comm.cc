@@ -14,31 +14,21 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/comm/tuning.h"
-#include "transports/shm/shm_transport.h"
-#include "transports/tcp/tcp_transport.h"
+#include "transports/registry.h"
 
 namespace chorus {
 
-namespace {
-constexpr size_t kShmIndex = 1;  // position of shm in transports_ and in every rank's addresses
-}  // namespace
-
 Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config) : config_(config) {
   log::LogRankScope scope(rank);
-  for (const EnvSpec& e : envTable())
-    if (const char* v = std::getenv(e.name))
-      CHORUS_INFO(kEnv, "{}={}", e.name, std::string(e.name) == "CHORUS_SECRET" ? "(set, not shown)" : v);
+  logEnvironment();
   Deadline deadline = deadlineIn(config_.initTimeoutSec);
   setup_.rank = rank;
   setup_.nranks = nranks;
   setup_.secret = root.secret;
-  setup_.nsocks = config_.nsocks;
-  setup_.shmDirectBytes = config_.shmDirectBytes;
   setup_.socketIfname = config_.socketIfname;
   abortFd_ = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!abortFd_) failErrno("eventfd");
-  transports_.push_back(transport::tcp::create(setup_));
-  transports_.push_back(transport::shm::create(setup_));  // at kShmIndex
+  startTransports();
 
   RankInfo mine;
   mine.rank = rank;
@@ -48,9 +38,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   gethostname(host, sizeof host - 1);
   mine.host = host;
   mine.hostId = hostIdentity(config_.hostId);
-  for (const auto& t : transports_)
-    mine.addresses.push_back(config_.shmDisable && std::string(t->name()) == "shm" ? std::vector<uint8_t>{}
-                                                                                   : t->address());
+  for (const auto& t : transports_) mine.addresses.push_back({t->name(), t->address()});
   BootstrapResult boot = exchangeWithRoot(root, mine, deadline);
   setup_.commId = boot.commId;
   std::vector<std::string> hostIds;
@@ -65,7 +53,6 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   recvSeq_.assign(nranks, 0);
   route_.assign(nranks, nullptr);
   connectPeers(boot.ranks, deadline);
-  chooseChunk();
   model_ = buildCostModel(*this, oversubscribed_);
   executor_ = std::make_unique<Executor>(*this);
   CHORUS_INFO(kInit, "communicator ready: rank {} of {} on {}, commId {:016x}", rank, nranks, host, setup_.commId);
@@ -94,48 +81,80 @@ void Comm::chooseSpin() {
               config_.spinUs);
 }
 
-// The ring's and chains' pipeline chunk. Over shared memory large chunks cost nothing (the transport pipelines
-// slot by slot) and 1M measured best. Over TCP loopback, 2 ranks, busbw at 1/16/64/256 MiB: 96K chunks
-// 3.5/3.2/3.5/3.1 GB/s, 64K 2.9/2.6/2.7/2.6, 128K 1.8/1.7/1.7/1.4, 1M 2.0/1.9/1.9/1.5; 4 ranks at 16/64/256 MiB
-// 1.35/1.15/1.19 with 96K against 0.88/0.87/0.91 with 1M. Messages from 128K up are much slower there.
-void Comm::chooseChunk() {
+// Every transport the configuration allows, in order of preference. One that cannot start (a bad setting of
+// its own, a library failure) fails the communicator: those that cannot run here at all were already left out
+// by the registry (Descriptor::unavailable).
+void Comm::startTransports() {
+  for (const transport::Descriptor* d : transport::select(config_.transports)) {
+    transports_.push_back(d->create(setup_));
+    descriptors_.push_back(d);
+  }
+}
+
+void Comm::logEnvironment() {
+  auto logSection = [](std::span<const EnvSpec> vars) {
+    for (const EnvSpec& e : vars)
+      if (const char* v = std::getenv(e.name))
+        CHORUS_INFO(kEnv, "{}={}", e.name, std::string(e.name) == "CHORUS_SECRET" ? "(set, not shown)" : v);
+  };
+  logSection(envTable());
+  for (const transport::Descriptor& d : transport::registered()) logSection(d.env);
+}
+
+// The ring's and chains' pipeline chunk: the smallest that a transport serving any pair of the communicator
+// asks for (LinkTraits::chunkBytes), so every rank picks the same and messages of a chunk match in length.
+void Comm::chooseChunk(const std::vector<const transport::Descriptor*>& used) {
   if (config_.chunkBytes != 0) return;
-  config_.chunkBytes = allShm_ || nranks() == 1 ? 1024 * 1024 : 96 * 1024;
-  CHORUS_INFO(kInit, "pipeline chunk {} bytes ({})", config_.chunkBytes, allShm_ ? "shared memory" : "tcp");
+  size_t chunk = 0;
+  for (const transport::Descriptor* d : used) chunk = chunk == 0 ? d->traits.chunkBytes : std::min(chunk, d->traits.chunkBytes);
+  config_.chunkBytes = chunk != 0 ? chunk : 1024 * 1024;
+  CHORUS_INFO(kInit, "pipeline chunk {} bytes", config_.chunkBytes);
 }
 
 void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
-  // Both ends of a pair must pick the same transport, so the choice depends only on what both published:
-  // the first transport (in order of preference, most specific last) that both offer and that can connect.
-  std::vector<size_t> via(nranks(), 0);
-  for (int p = 0; p < nranks(); ++p) {
-    if (p == rank()) continue;
-    for (size_t t = transports_.size(); t-- > 0;) {
-      const auto& mineA = ranks[rank()].addresses, &theirs = ranks[p].addresses;
-      if (t < mineA.size() && t < theirs.size() && !mineA[t].empty() && !theirs[t].empty() &&
-          transports_[t]->canConnect(peer(rank()), peer(p))) {
-        via[p] = t;
-        break;
-      }
+  // Both ends of a pair must pick the same transport, so the choice depends only on what both published
+  // (transport::choosePair). Every rank computes every pair's, so that link facts the cost model and the
+  // chunk size depend on agree on all ranks.
+  std::vector<std::vector<std::string>> offered(static_cast<size_t>(nranks()));
+  for (int r = 0; r < nranks(); ++r)
+    for (const TransportAddress& a : ranks[static_cast<size_t>(r)].addresses) offered[static_cast<size_t>(r)].push_back(a.transport);
+  auto nameList = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& n : v) s += (s.empty() ? "" : ",") + n;
+    return s.empty() ? std::string("none") : s;
+  };
+  std::vector<const transport::Descriptor*> used;  // every transport some pair of the communicator uses
+  reduceOnReceive_ = true;
+  localCost_.reset();
+  for (int a = 0; a < nranks(); ++a)
+    for (int b = a + 1; b < nranks(); ++b) {
+      const transport::Descriptor* d = transport::choosePair(a, b, offered, setup_.peers);
+      if (d == nullptr)
+        fail(chorusInvalidUsage, "{} and {} share no transport: one offers {}, the other {} (CHORUS_TRANSPORTS)",
+             peer(a).name(), peer(b).name(), nameList(offered[static_cast<size_t>(a)]),
+             nameList(offered[static_cast<size_t>(b)]));
+      if (std::find(used.begin(), used.end(), d) == used.end()) used.push_back(d);
+      reduceOnReceive_ = reduceOnReceive_ && d->traits.reducesOnReceive;
+      if (hostOf_[static_cast<size_t>(a)] == hostOf_[static_cast<size_t>(b)] &&
+          (!localCost_ || d->traits.alphaUs > localCost_->alphaUs))
+        localCost_ = d->traits;  // the slowest link inside a host
+      if (a != rank() && b != rank()) continue;
+      const int p = a == rank() ? b : a;
+      const size_t at = static_cast<size_t>(std::find(descriptors_.begin(), descriptors_.end(), d) - descriptors_.begin());
+      route_[p] = transports_[at].get();
+      if (std::find(inUse_.begin(), inUse_.end(), route_[p]) == inUse_.end()) inUse_.push_back(route_[p]);
+      CHORUS_INFO(kInit, "{} -> {}: transport {}", name(), peer(p).name(), route_[p]->name());
     }
-    route_[p] = transports_[via[p]].get();
-    if (std::find(inUse_.begin(), inUse_.end(), route_[p]) == inUse_.end()) inUse_.push_back(route_[p]);
-    CHORUS_INFO(kInit, "{} -> {}: transport {}", name(), peer(p).name(), route_[p]->name());
-  }
-  allShm_ = true;
-  for (int p = 0; p < nranks(); ++p)
-    if (p != rank()) allShm_ = allShm_ && std::string(route_[p]->name()) == "shm";
-  // Same host pairs use shm unless one of the two published no shm address (CHORUS_SHM_DISABLE).
-  std::vector<int> perHost(static_cast<size_t>(nranks()), 0);
-  for (int h : hostOf_) ++perHost[static_cast<size_t>(h)];
-  localShm_ = true;
-  for (int x = 0; x < nranks(); ++x)
-    if (perHost[static_cast<size_t>(hostOf_[x])] > 1)
-      localShm_ = localShm_ && kShmIndex < ranks[x].addresses.size() && !ranks[x].addresses[kShmIndex].empty();
+  chooseChunk(used);
+  auto addressOf = [&](int p) -> const std::vector<uint8_t>& {
+    for (const TransportAddress& a : ranks[static_cast<size_t>(p)].addresses)
+      if (a.transport == route_[p]->name()) return a.bytes;
+    fail(chorusInternalError, "{} published no {} address", peer(p).name(), route_[p]->name());
+  };
   // Lower rank connects, higher accepts. Connecting first to every higher rank never blocks on the peer's
   // progress (the kernel completes TCP and unix-socket handshakes), so every rank can then accept in order.
-  for (int p = rank() + 1; p < nranks(); ++p) route_[p]->connect(p, ranks[p].addresses[via[p]], deadline);
-  for (int p = 0; p < rank(); ++p) route_[p]->accept(p, deadline);
+  for (int p = rank() + 1; p < nranks(); ++p) route_[p]->connect(p, addressOf(p), deadline);
+  for (int p = 0; p < rank(); ++p) route_[p]->accept(p, addressOf(p), deadline);
 }
 
 bool Comm::progress() {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,7 @@
 #include "lib/base/error.h"
 #include "lib/comm/executor.h"
 #include "lib/base/socket.h"
-#include "transports/transport.h"
+#include "transports/registry.h"
 
 namespace chorus {
 
@@ -34,13 +35,15 @@ class Comm : public algo::Context {
   int nranks() const final { return setup_.nranks; }
   const Config& config() const { return config_; }
   const transport::PeerInfo& peer(int r) const { return setup_.peers[r]; }
-  // True when every peer is reached through shared memory (then extra messages cost no system calls).
-  bool allPeersOverShm() const { return allShm_; }
+  // True when every pair of the communicator uses a transport that reduces while receiving (then extra
+  // messages cost no staging copy; the same answer on every rank).
+  bool reduceOnReceive() const { return reduceOnReceive_; }
   // Host index of every rank (equal host identity, numbered by first rank), for topology-aware algorithms.
   const std::vector<int>& hostOf() const final { return hostOf_; }
   size_t chunkBytes() const final { return config_.chunkBytes; }
-  // True when every pair of ranks sharing a host talks over shared memory (the same answer on every rank).
-  bool localPairsOverShm() const { return localShm_; }
+  // The link numbers of the slowest transport serving a pair of ranks that share a host (the same on every
+  // rank); none when no two ranks share one.
+  const std::optional<transport::LinkTraits>& localLink() const { return localCost_; }
   // AUTO's predictions (algorithms/cost_model.h), built at creation (lib/tuning.h).
   const algo::CostModel& costModel() const { return model_; }
   std::string name() const { return peer(rank()).name(); }
@@ -83,7 +86,9 @@ class Comm : public algo::Context {
   const char* lastError();
 
  private:
-  // Picks each peer's transport (shm on the same host unless disabled, else tcp) and connects to it.
+  void logEnvironment();
+  void startTransports();
+  // Picks each pair's transport (transport::choosePair) and connects to this rank's peers.
   void connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline);
   // Drives every transport in use once; true if anything moved.
   bool progress();
@@ -92,16 +97,17 @@ class Comm : public algo::Context {
   // Sends the recorded failure to every peer, once; only from the executing thread or once it is idle.
   void tellPeers();
   void chooseSpin();
-  void chooseChunk();
+  void chooseChunk(const std::vector<const transport::Descriptor*>& used);
 
   Config config_;
   transport::Setup setup_;
-  std::vector<std::unique_ptr<transport::Transport>> transports_;  // index = position of its bootstrap address
+  std::vector<std::unique_ptr<transport::Transport>> transports_;  // in this rank's order of preference
+  std::vector<const transport::Descriptor*> descriptors_;         // of each of transports_
   std::vector<transport::Transport*> inUse_;  // those that serve at least one peer
   std::vector<transport::Transport*> route_;  // per peer
-  bool allShm_ = false;
   std::vector<int> hostOf_;
-  bool localShm_ = false;
+  bool reduceOnReceive_ = false;
+  std::optional<transport::LinkTraits> localCost_;
   bool oversubscribed_ = false;  // this host runs more ranks than this process has cores
   algo::CostModel model_;
   std::unique_ptr<Executor> executor_;

@@ -113,8 +113,8 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   // A chain inside a host adds its child in each tree to the head's load, and a rank inside a chain sends up and
   // down in both trees.
   m.treeLoad = m.maxPerHost > 1 ? std::max(trees.load + 2, 4) : trees.load;
-  m.allShm = comm.allPeersOverShm();
-  m.directAllowed = m.allShm && m.nranks > 2;
+  m.reduceOnReceive = comm.reduceOnReceive();
+  m.directAllowed = m.reduceOnReceive && m.nranks > 2;
   m.chunkBytes = comm.config().chunkBytes;
 
   // {us per MiB, step us, oversubscribed ranks}: summed over all ranks (only one leader per pair of hosts, or
@@ -134,7 +134,9 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   a.dtype = chorusFloat64;
   a.op = chorusSum;
   if (m.hosts > 1) algo::ringAllReduce(comm, calibrationTag(), a);
-  m.local = algo::CostModel::localTable(comm.localPairsOverShm(), agreed[2] != 0);
+  if (const auto& link = comm.localLink())
+    m.local = agreed[2] != 0 ? algo::LinkCost{link->alphaUsOversubscribed, link->gbpsOversubscribed}
+                             : algo::LinkCost{link->alphaUs, link->gbps};
   // alpha: a lockstep round of all leaders (what a collective's step costs); beta: the pairs' mean.
   const double pairs = m.hosts / 2;
   if (m.hosts > 1) m.net = {agreed[1], static_cast<double>(1 << 20) / (agreed[0] / pairs * 1e3)};

@@ -11,6 +11,7 @@
 
 #include "lib/base/identity.h"
 #include "lib/base/error.h"
+#include "transports/handshake.h"
 
 namespace chorus::transport::shm {
 
@@ -56,48 +57,6 @@ Fd connectAbstract(const std::string& name, Deadline deadline) {
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(50));
   }
-}
-
-void sendHello(int sock, const Hello& h, int passFd) {
-  iovec iov{const_cast<Hello*>(&h), sizeof h};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &passFd, sizeof passFd);
-  ssize_t w;
-  do w = ::sendmsg(sock, &msg, MSG_NOSIGNAL); while (w < 0 && errno == EINTR);
-  if (w != static_cast<ssize_t>(sizeof h)) failErrno("sending the shm handshake");
-}
-
-ssize_t recvWithFd(int sock, void* buf, size_t len, int* passed) {
-  iovec iov{buf, len};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t r;
-  do r = ::recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC); while (r < 0 && errno == EINTR);
-  if (r <= 0) return r;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < n; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      if (*passed < 0) *passed = fd;
-      else ::close(fd);  // only one descriptor is ever expected
-    }
-  }
-  return r;
 }
 
 bool writeFrame(int sock, FrameType type, uint32_t code, const std::string& text, Deadline deadline) {

@@ -39,11 +39,6 @@ static_assert(sizeof(Frame) == 16);
 Fd listenAbstract(std::string* name);
 // Connects (blocking until the deadline, retrying while the listener's backlog is full).
 Fd connectAbstract(const std::string& name, Deadline deadline);
-// Sends the Hello with `passFd` attached; the socket may be non-blocking (the Hello fits any socket buffer).
-void sendHello(int sock, const Hello& h, int passFd);
-// Reads up to len bytes without blocking; a descriptor that arrives with them is stored in *passed (else -1
-// is left there). Returns bytes read, 0 at end of stream, -1 with errno EAGAIN when nothing is there.
-ssize_t recvWithFd(int sock, void* buf, size_t len, int* passed);
 // Bounded best-effort write of a frame (and text) on a non-blocking socket; false if it could not be written.
 bool writeFrame(int sock, FrameType type, uint32_t code, const std::string& text, Deadline deadline);
 

@@ -15,9 +15,11 @@
 #include <map>
 
 #include "lib/base/identity.h"
+#include "lib/base/env.h"
 #include "lib/base/error.h"
 #include "lib/kernels/reduce.h"
 #include "lib/base/log.h"
+#include "transports/handshake.h"
 #include "transports/shm/control.h"
 #include "transports/shm/segment.h"
 
@@ -25,7 +27,13 @@ namespace chorus::transport::shm {
 
 namespace {
 
-constexpr double kHandshakeSeconds = 5.0;
+
+constexpr EnvSpec kEnv[] = {
+    {"CHORUS_SHM_DISABLE", "int", "0", "1: ranks on the same host use the next transport instead (as ^shm)"},
+    {"CHORUS_SHM_DIRECT_BYTES", "bytes", "0",
+     "shm messages from this size up are read straight from the sender's memory (process_vm_readv) instead of "
+     "streamed through the FIFO; 0 = never (the measured default, transports/shm/shm_transport.h)"},
+};
 constexpr size_t kCopyPiece = 1024 * 1024;      // a direct copy yields to other peers' traffic this often
 constexpr unsigned kControlEvery = 1024;        // progress() calls between looks at the control sockets
 
@@ -116,15 +124,6 @@ struct Peer {
   bool light = false;
 };
 
-// An accepted control connection before its Hello is complete.
-struct Pending {
-  Fd fd;
-  Fd segment;
-  Hello hello{};
-  size_t got = 0;
-  Deadline deadline;
-};
-
 struct Arrived {
   Fd fd;
   Fd segment;
@@ -133,7 +132,13 @@ struct Arrived {
 
 class ShmTransport final : public Transport {
  public:
-  explicit ShmTransport(const Setup& setup) : setup_(setup), probe_(randomU64()) {
+  ShmTransport(const Setup& setup, uint64_t directBytes)
+      : setup_(setup), directBytes_(directBytes), probe_(randomU64()),
+        acceptor_("shm", setup, sizeof(Hello), [this](const uint8_t* h, const Fd& segment) {
+          Hello hello;
+          std::memcpy(&hello, h, sizeof hello);
+          return check(hello, segment);
+        }) {
     listener_ = listenAbstract(&name_);
     epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_) failErrno("epoll_create1");
@@ -142,7 +147,6 @@ class ShmTransport final : public Transport {
   ~ShmTransport() override = default;
 
   const char* name() const override { return "shm"; }
-  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override { return self.hostId == peer.hostId; }
 
   std::vector<uint8_t> address() const override {
     Address a{};
@@ -172,16 +176,19 @@ class ShmTransport final : public Transport {
     p->s()->membarrier[0].v.store(registerMembarrier() ? 1 : 0, std::memory_order_relaxed);
     Hello h{kHelloMagic, kWireVersion, setup_.secret, setup_.commId, setup_.rank, peer, processNonce(),
             reinterpret_cast<uint64_t>(&probe_), probe_};
-    sendHello(p->sock.get(), h, p->seg.fd());
+    sendHello(p->sock.get(), &h, sizeof h, p->seg.fd(), setup_.peers[peer].name());
     addPeer(peer, std::move(p));
   }
 
-  void accept(int peer, Deadline deadline) override {
+  void accept(int peer, const std::vector<uint8_t>&, Deadline deadline) override {
     while (arrived_.find(peer) == arrived_.end()) {
       if (Clock::now() >= deadline)
         fail(chorusTimeout, "{}: {} did not connect over shared memory before the init deadline", self().name(),
              setup_.peers[peer].name());
-      pollPending(deadline);
+      acceptor_.poll(listener_.get(), deadline, [&](HelloAcceptor::Arrival&& a) {
+        const Hello h = helloOf<Hello>(a);
+        arrived_[h.fromRank] = Arrived{std::move(a.fd), std::move(a.passed), h};
+      });
     }
     Arrived a = std::move(arrived_.at(peer));
     arrived_.erase(peer);
@@ -345,7 +352,7 @@ class ShmTransport final : public Transport {
       h.dtype = m.tag.dtype;
       h.redop = m.tag.redop;
       h.msgLen = m.len;
-      const bool direct = m.sent == 0 && setup_.shmDirectBytes > 0 && m.len >= setup_.shmDirectBytes &&
+      const bool direct = m.sent == 0 && directBytes_ > 0 && m.len >= directBytes_ &&
                           m.len > kSmallBytes && p.peerReadsUs();
       if (m.len <= kSmallBytes) {
         h.type = SlotType::Small;
@@ -504,58 +511,23 @@ class ShmTransport final : public Transport {
          self().name(), p.info->name(), describe(*tag));
   }
 
-  // Accepts new control connections and advances their handshakes; bad ones are logged and dropped.
-  void pollPending(Deadline deadline) {
-    std::vector<pollfd> pfds{{listener_.get(), POLLIN, 0}};
-    for (auto& p : pending_) pfds.push_back({p.fd.get(), POLLIN, 0});
-    ::poll(pfds.data(), pfds.size(), 50);
-    if (pfds[0].revents & POLLIN) {
-      while (true) {
-        int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;
-        pending_.push_back(Pending{Fd(fd), Fd(), {}, 0, std::min(deadline, deadlineIn(kHandshakeSeconds))});
-      }
-    }
-    for (size_t i = 0; i < pending_.size();) {
-      Pending& p = pending_[i];
-      std::string problem = advance(p);
-      if (problem == "wait") { ++i; continue; }
-      if (!problem.empty())
-        CHORUS_WARN(kNet, "{}: dropped a shared-memory connection: {}", self().name(), problem);
-      else
-        arrived_[p.hello.fromRank] = Arrived{std::move(p.fd), std::move(p.segment), p.hello};
-      pending_.erase(pending_.begin() + static_cast<long>(i));
-    }
-  }
-
-  // "" when the Hello is complete and valid, "wait" when more bytes are needed, else the reason to drop it.
-  std::string advance(Pending& p) {
-    if (Clock::now() > p.deadline) return "it stayed silent past the handshake deadline";
-    int passed = -1;
-    ssize_t r = recvWithFd(p.fd.get(), reinterpret_cast<uint8_t*>(&p.hello) + p.got, sizeof(Hello) - p.got, &passed);
-    if (passed >= 0) {
-      if (p.segment) return "it passed more than one descriptor";
-      p.segment = Fd(passed);
-    }
-    if (r == 0) return "it closed before completing the handshake";
-    if (r < 0) return (errno == EAGAIN || errno == EINTR) ? "wait" : std::strerror(errno);
-    p.got += static_cast<size_t>(r);
-    if (p.got < sizeof(Hello)) return "wait";
-    const Hello& h = p.hello;
+  // The shm checks of a complete Hello (Note [Handshake], transports/handshake.cc): "" to keep it.
+  std::string check(const Hello& h, const Fd& segment) {
     if (std::string problem = helloProblem(h, kHelloMagic, kWireVersion, setup_); !problem.empty()) return problem;
     if (arrived_.count(h.fromRank) || peers_.count(h.fromRank)) return fmt::format("duplicate connection from rank {}", h.fromRank);
-    if (!p.segment) return "it did not pass its shared-memory segment";
+    if (!segment) return "it did not pass its shared-memory segment";
     return "";
   }
 
   const Setup& setup_;
+  const uint64_t directBytes_;  // CHORUS_SHM_DIRECT_BYTES; 0: never
   const uint64_t probe_;  // peers read this word to test whether they can copy straight from our memory
   std::string name_;
   Fd listener_;
   Fd epoll_;
   std::map<int, std::unique_ptr<Peer>> peers_;
   std::vector<Peer*> active_;
-  std::vector<Pending> pending_;
+  HelloAcceptor acceptor_;
   std::map<int, Arrived> arrived_;
   unsigned calls_ = 0;
   bool armed_ = false;
@@ -564,6 +536,22 @@ class ShmTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> create(const Setup& setup) { return std::make_unique<ShmTransport>(setup); }
+Descriptor descriptor() {
+  Descriptor d;
+  d.name = "shm";
+  d.preference = 10;
+  d.origin = "built-in";
+  d.env = kEnv;
+  // Measured on this project's 2-core machines (all_reduce_perf, 2 and 4 ranks); large chunks cost nothing here
+  // (the FIFO pipelines slot by slot) and 1M measured best.
+  d.traits = {0.3, 12.0, 5.0, 6.0, true, 1024 * 1024};
+  d.disabledByEnv = [] { return envInt("CHORUS_SHM_DISABLE", 0, 1, kEnv) == 1; };
+  d.canConnect = [](const PeerInfo& a, const PeerInfo& b) { return a.hostId == b.hostId; };
+  d.create = [](const Setup& setup) -> std::unique_ptr<Transport> {
+    return std::make_unique<ShmTransport>(
+        setup, envBytes("CHORUS_SHM_DIRECT_BYTES", "a size such as 1M, or 0", kEnv));
+  };
+  return d;
+}
 
 }  // namespace chorus::transport::shm

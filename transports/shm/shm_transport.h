@@ -48,11 +48,12 @@
 
 #include <memory>
 
-#include "transports/transport.h"
+#include "transports/registry.h"
 
 namespace chorus::transport::shm {
 
-// setup must outlive the transport; its peers and commId are read when connect/accept run.
-std::unique_ptr<Transport> create(const Setup& setup);
+// The registry's entry (transports/registry.h). A transport's setup must outlive it; its peers and commId are
+// read when connect/accept run.
+Descriptor descriptor();
 
 }  // namespace chorus::transport::shm

@@ -1,0 +1,222 @@
+// The transport registry and the plugins: the CHORUS_TRANSPORTS grammar and its errors, the choice per pair,
+// communicators formed with a forced transport; plugin files that are not plugins of this version are refused
+// without a crash while the communicator forms without them; with the UCX plugin absent the library still forms
+// over shm/tcp and forcing ucx fails naming why; libchorus.so needs no UCX library; and, as root, a communicator
+// of 2 simulated hosts x 2 ranks with shm inside a host and UCX across.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "lib/base/error.h"
+#include "test/comms.h"
+#include "test/shell.h"
+#include "test/watchdog.h"
+#include "transports/registry.h"
+
+using namespace chorus;
+using chorus::test::buildDir;
+using chorus::test::EnvGuard;
+using chorus::test::RunResult;
+using chorus::test::runShell;
+using chorus::test::Watchdog;
+
+namespace {
+
+std::vector<std::string> names(const std::vector<const transport::Descriptor*>& v) {
+  std::vector<std::string> out;
+  for (const auto* d : v) out.push_back(d->name);
+  return out;
+}
+
+// The message of the chorus::Error that f throws ("" if none).
+template <typename F>
+std::string errorOf(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool haveUcx() { return transport::find("ucx") != nullptr; }
+
+std::string sourceDir() {
+  const char* s = std::getenv("TEST_SOURCE_DIR");
+  return s ? s : "..";
+}
+
+// A fresh folder under /tmp, removed at the end of the scope.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/chorus-plugins.XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { (void)!std::system(("rm -rf " + path).c_str()); }
+};
+
+}  // namespace
+
+TEST(Grammar, DefaultOrderAndLists) {
+  EnvGuard env;
+  env.set("CHORUS_SHM_DISABLE", nullptr);
+  env.set("CHORUS_UCX_DISABLE", nullptr);
+  std::vector<std::string> all = names(transport::select(""));
+  ASSERT_GE(all.size(), 2u);
+  EXPECT_EQ(all[0], "shm");
+  EXPECT_EQ(all[1], "tcp");
+  EXPECT_EQ(names(transport::select("tcp")), (std::vector<std::string>{"tcp"}));
+  EXPECT_EQ(names(transport::select(" TCP , Shm ")), (std::vector<std::string>{"tcp", "shm"}));
+  EXPECT_EQ(names(transport::select("tcp,tcp,shm")), (std::vector<std::string>{"tcp", "shm"}));
+  std::vector<std::string> noShm = names(transport::select("^shm"));
+  EXPECT_EQ(noShm[0], "tcp");
+  EXPECT_EQ(std::count(noShm.begin(), noShm.end(), "shm"), 0);
+  if (haveUcx()) {
+    EXPECT_EQ(names(transport::select("ucx")), (std::vector<std::string>{"ucx"}));
+    EXPECT_EQ(names(transport::select("shm,UCX")), (std::vector<std::string>{"shm", "ucx"}));
+    EXPECT_EQ(names(transport::select("^shm,tcp")), (std::vector<std::string>{"ucx"}));
+  }
+}
+
+TEST(Grammar, ShmDisableActsAsExclusion) {
+  EnvGuard env;
+  env.set("CHORUS_SHM_DISABLE", "1");
+  std::vector<std::string> v = names(transport::select(""));
+  EXPECT_EQ(v[0], "tcp");
+  EXPECT_EQ(std::count(v.begin(), v.end(), "shm"), 0);
+  // Naming shm explicitly still gets it: the user asked for it.
+  EXPECT_EQ(names(transport::select("shm")), (std::vector<std::string>{"shm"}));
+}
+
+TEST(Grammar, UnknownAndUnavailableNamesAreErrors) {
+  std::string e = errorOf([] { transport::select("tcp,infiniband"); });
+  EXPECT_NE(e.find("unknown transport 'infiniband'"), std::string::npos) << e;
+  EXPECT_NE(e.find("available: shm, tcp"), std::string::npos) << e;
+  e = errorOf([] { transport::select("^shm,tcp,ucx"); });
+  EXPECT_NE(e.find("leaves no transport"), std::string::npos) << e;
+  if (!haveUcx()) {
+    e = errorOf([] { transport::select("ucx"); });
+    EXPECT_NE(e.find("transport ucx is not available"), std::string::npos) << e;
+  }
+}
+
+TEST(Choice, FirstOfTheLowerRanksListBothOfferThatConnects) {
+  std::vector<transport::PeerInfo> peers(4);
+  for (int r = 0; r < 4; ++r) peers[r] = {r, 100 + r, "h", r < 2 ? "hostA" : "hostB"};
+  std::vector<std::vector<std::string>> offered{{"shm", "tcp"}, {"shm", "tcp"}, {"tcp"}, {"shm", "tcp"}};
+  EXPECT_EQ(transport::choosePair(0, 1, offered, peers)->name, "shm");  // same host
+  EXPECT_EQ(transport::choosePair(1, 0, offered, peers)->name, "shm");  // symmetric
+  EXPECT_EQ(transport::choosePair(0, 3, offered, peers)->name, "tcp");  // shm cannot connect across hosts
+  EXPECT_EQ(transport::choosePair(2, 3, offered, peers)->name, "tcp");  // rank 2 offers no shm
+  offered = {{"tcp", "shm"}, {"shm", "tcp"}, {"shm"}, {"tcp"}};
+  EXPECT_EQ(transport::choosePair(0, 1, offered, peers)->name, "tcp");  // the lower rank's order wins
+  EXPECT_EQ(transport::choosePair(2, 3, offered, peers), nullptr);      // nothing in common
+}
+
+TEST(Communicator, ForcedTcpOnOneHostAndUnknownName) {
+  Watchdog wd(120);
+  EnvGuard env;
+  env.set("CHORUS_TRANSPORTS", "tcp");
+  std::vector<chorusComm_t> comms = chorus::test::makeComms(3);
+  std::vector<std::string> errs = chorus::test::onAll(comms, [](int rank, chorusComm_t c) {
+    float x[5] = {1, 2, 3, 4, static_cast<float>(rank)};
+    if (chorusAllReduce(x, x, 5, chorusFloat32, chorusSum, c, nullptr) != chorusSuccess)
+      throw std::runtime_error(chorusGetLastError(c));
+    if (x[0] != 3 || x[4] != 3) throw std::runtime_error("wrong sum");
+  });
+  EXPECT_TRUE(errs.empty()) << errs[0];
+  chorus::test::destroyAll(comms);
+
+  env.set("CHORUS_TRANSPORTS", "shm,bogus");
+  chorusUniqueId id;
+  ASSERT_EQ(chorusGetUniqueId(&id), chorusSuccess);
+  chorusComm_t c = nullptr;
+  EXPECT_EQ(chorusCommInitRank(&c, 1, id, 0), chorusInvalidArgument);
+  std::string e = chorusGetLastError(nullptr);
+  EXPECT_NE(e.find("unknown transport 'bogus'"), std::string::npos) << e;
+}
+
+// libchorus.so names no UCX (nor verbs, nor CUDA) library: a program linked to it runs where they are absent.
+TEST(Plugins, LibchorusNeedsNoUcx) {
+  const std::string lib = buildDir() + "/libchorus.so";
+  RunResult r = runShell("readelf -d " + lib);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_NE(r.output.find("(NEEDED)"), std::string::npos) << r.output;
+  for (const char* dep : {"libucp", "libuct", "libucs", "libibverbs", "libcudart", "libcuda."})
+    EXPECT_EQ(r.output.find(dep), std::string::npos) << lib << " needs " << dep << ":\n" << r.output;
+  if (!haveUcx()) GTEST_SKIP() << "the UCX plugin was not built";
+  const std::string plugin = transport::find("ucx")->origin;
+  r = runShell("readelf -d " + plugin);
+  EXPECT_NE(r.output.find("libucp"), std::string::npos) << plugin << " should be the one that needs UCX:\n" << r.output;
+}
+
+// A text file, a shared object that exports nothing of ours, and a plugin of another version: each is refused
+// with the reason, and a communicator forms without them.
+TEST(Plugins, ForeignAndStaleFilesAreRefused) {
+  Watchdog wd(120);
+  TempDir dir;
+  { std::ofstream(dir.path + "/libchorus-junk.so") << "not an ELF file\n"; }
+  ASSERT_EQ(runShell("cp " + buildDir() + "/test/fixtures/libchorus-noplugin.so " + buildDir() +
+                     "/test/fixtures/libchorus-future.so " + dir.path + "/").status, 0);
+  const std::string env = "CHORUS_PLUGIN_PATH=" + dir.path + " ";
+  RunResult r = runShell(env + buildDir() + "/scripts/chorus_info");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("libchorus-junk.so could not be loaded"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("libchorus-noplugin.so is not a Chorus transport plugin (it exports no "
+                          "chorusTransportPlugin_v1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("libchorus-future.so is a plugin of version 2; this libchorus speaks version 1"),
+            std::string::npos) << r.output;
+  const std::string cmd = env + "CHORUS_CHUNK_BYTES=4K " + buildDir() + "/scripts/chorusrun -n 2 -- " + buildDir() +
+                          "/test/allreduce_check";
+  r = runShell(cmd);
+  EXPECT_EQ(r.status, 0) << cmd << "\n" << r.output;
+  EXPECT_NE(r.output.find("rank 1: 600 cases ok"), std::string::npos) << r.output;
+}
+
+// A program outside the build tree, with no plugin beside it, is what runs on a machine without the UCX plugin.
+TEST(Plugins, WithoutTheUcxPluginShmAndTcpStillForm) {
+  Watchdog wd(120);
+  TempDir dir;
+  ASSERT_EQ(runShell("cp " + buildDir() + "/test/allreduce_check " + buildDir() + "/scripts/chorus_info " +
+                     dir.path + "/").status, 0);
+  RunResult r = runShell("env -u CHORUS_PLUGIN_PATH " + dir.path + "/chorus_info");
+  EXPECT_NE(r.output.find("ucx    n/a"), std::string::npos) << r.output;
+  const std::string run = "env -u CHORUS_PLUGIN_PATH CHORUS_CHUNK_BYTES=4K " + buildDir() + "/scripts/chorusrun -n 2 -- ";
+  r = runShell(run + dir.path + "/allreduce_check");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1: 600 cases ok"), std::string::npos) << r.output;
+  r = runShell("CHORUS_TRANSPORTS=ucx " + run + dir.path + "/allreduce_check");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("transport ucx is not available"), std::string::npos) << r.output;
+}
+
+// 2 simulated hosts x 2 ranks: shm between the ranks of a host, UCX (over TCP: UCX would otherwise find shared
+// memory across namespaces) between hosts; every pair's choice is logged.
+TEST(Plugins, MixedShmInsideHostsUcxAcross) {
+  if (!haveUcx()) GTEST_SKIP() << "the UCX plugin was not built";
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces (scripts/netns-cluster)";
+  Watchdog wd(300);
+  const std::string cmd = sourceDir() + "/scripts/netns-cluster -k 2 -r 2 --timeout 200 -- env "
+                          "CHORUS_TRANSPORTS=shm,ucx UCX_TLS=tcp CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT "
+                          "CHORUS_CHUNK_BYTES=4K " + buildDir() + "/test/allreduce_check";
+  RunResult r = runShell(cmd);
+  if (r.status == 77) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.status, 0) << cmd << "\n" << r.output;
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": 600 cases ok"), std::string::npos) << r.output;
+  // Ranks 0,1 on host 0 and 2,3 on host 1.
+  EXPECT_NE(r.output.find("rank 0 (pid"), std::string::npos);
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = r.output.find(what); at != std::string::npos; at = r.output.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(": transport shm"), 4u) << r.output;  // 0<->1 and 2<->3, from both ends
+  EXPECT_EQ(count(": transport ucx"), 8u) << r.output;  // the 4 pairs across, from both ends
+}

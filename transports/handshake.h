@@ -1,0 +1,84 @@
+// The connection handshake every socket transport shares (Note [Handshake]): the connecting side sends one
+// fixed-size Hello (magic, version, secret, communicator id, ranks, plus what the transport adds), optionally
+// with a file descriptor; the accepting side accepts what waits on its listener, reads each connection's Hello
+// within a deadline of its own, checks it, and hands the valid ones to the transport. A stranger (bad magic,
+// wrong secret, another communicator, silence, garbage) is dropped and logged, never fatal.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "lib/base/socket.h"
+#include "transports/transport.h"
+
+namespace chorus::transport {
+
+// The checks every Hello (any struct with magic, version, secret, commId, fromRank, toRank) passes: "" if it
+// may come from `from` (or, with from < 0, from any lower rank) of this communicator to this rank, else why not.
+template <typename Hello>
+std::string helloProblem(const Hello& h, uint32_t magic, uint32_t version, const Setup& setup, int from = -1) {
+  if (h.magic != magic) return "bad magic (not a Chorus peer)";
+  if (h.version != version) return "wire version " + std::to_string(h.version) + " (this rank speaks " +
+                                   std::to_string(version) + ")";
+  if (h.secret != setup.secret) return "wrong secret";
+  if (h.commId != setup.commId) return "it belongs to another communicator";
+  const bool fromOk = from >= 0 ? h.fromRank == from : h.fromRank >= 0 && h.fromRank < setup.rank;
+  if (h.toRank != setup.rank || !fromOk)
+    return "unexpected ranks " + std::to_string(h.fromRank) + " -> " + std::to_string(h.toRank);
+  return "";
+}
+
+// Sends a Hello of `len` bytes on a freshly connected socket, with `passFd` attached when >= 0 (SCM_RIGHTS).
+void sendHello(int sock, const void* hello, size_t len, int passFd, const std::string& who);
+
+// Reads up to len bytes without blocking; a descriptor that arrives with them is stored in *passed (else -1
+// is left there). Returns bytes read, 0 at end of stream, -1 with errno EAGAIN when nothing is there.
+ssize_t recvWithFd(int sock, void* buf, size_t len, int* passed);
+
+class HelloAcceptor {
+ public:
+  struct Arrival {
+    Fd fd;
+    Fd passed;                   // the descriptor sent with the Hello, if any
+    std::vector<uint8_t> hello;  // exactly helloBytes
+    std::string from;            // the peer's address, for messages
+  };
+  // check: the transport's own test of a complete Hello: "" to keep it, else the reason to drop it; it may
+  // throw to fail the communicator (a valid peer with an incompatible setting).
+  using Check = std::function<std::string(const uint8_t* hello, const Fd& passed)>;
+  HelloAcceptor(std::string transport, const Setup& setup, size_t helloBytes, Check check)
+      : transport_(std::move(transport)), setup_(setup), helloBytes_(helloBytes), check_(std::move(check)) {}
+
+  // Waits up to 50 ms for connections and bytes on `listener` (non-blocking), advances every pending
+  // handshake, and hands each complete, valid one to take().
+  void poll(int listener, Deadline deadline, const std::function<void(Arrival&&)>& take);
+
+ private:
+  struct Pending {
+    Arrival a;
+    size_t got = 0;
+    Deadline deadline;
+  };
+  std::string advance(Pending& p);  // "" when complete and valid, "wait" for more bytes, else why to drop it
+
+  std::string transport_;
+  const Setup& setup_;
+  size_t helloBytes_;
+  Check check_;
+  std::vector<Pending> pending_;
+};
+
+// The Hello of an Arrival as the transport's struct.
+template <typename Hello>
+Hello helloOf(const HelloAcceptor::Arrival& a) {
+  Hello h;
+  static_assert(std::is_trivially_copyable_v<Hello>);
+  std::memcpy(&h, a.hello.data(), sizeof h);
+  return h;
+}
+
+}  // namespace chorus::transport

@@ -1,0 +1,129 @@
+#include "transports/registry.h"
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+
+#include "lib/base/error.h"
+#include "lib/base/log.h"
+#include "transports/plugin_host.h"
+#include "transports/shm/shm_transport.h"
+#include "transports/tcp/tcp_transport.h"
+
+namespace chorus::transport {
+
+namespace {
+
+struct Registry {
+  std::vector<Descriptor> usable;
+  std::vector<Unavailable> refused;
+};
+
+const Registry& theRegistry() {
+  static const Registry r = [] {
+    Registry reg;
+    std::vector<Descriptor> all{tcp::descriptor(), shm::descriptor()};
+    for (Descriptor& d : loadPlugins(&reg.refused)) {
+      if (std::any_of(all.begin(), all.end(), [&](const Descriptor& o) { return o.name == d.name; })) {
+        reg.refused.push_back({d.name, fmt::format("{} is a second transport named {} (the first is kept)", d.origin,
+                                                   d.name)});
+        continue;
+      }
+      all.push_back(std::move(d));
+    }
+    for (Descriptor& d : all) {
+      std::string why = d.unavailable ? d.unavailable() : "";
+      if (why.empty()) reg.usable.push_back(std::move(d));
+      else reg.refused.push_back({d.name, why});
+    }
+    std::stable_sort(reg.usable.begin(), reg.usable.end(),
+                     [](const Descriptor& a, const Descriptor& b) { return a.preference < b.preference; });
+    return reg;
+  }();
+  return r;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+std::string knownNames() {
+  std::string out;
+  for (const Descriptor& d : registered()) out += (out.empty() ? "" : ", ") + d.name;
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+const std::vector<Descriptor>& registered() { return theRegistry().usable; }
+const std::vector<Unavailable>& unavailable() { return theRegistry().refused; }
+
+const Descriptor* find(const std::string& name) {
+  for (const Descriptor& d : registered())
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+// Note [CHORUS_TRANSPORTS]
+// NCCL's list grammar: "ucx" (only UCX), "shm,ucx" (those, in that order of preference), "^shm" (every
+// available transport but shm, in default order), case-insensitive, blanks ignored. Empty: every available
+// transport in default order, less those whose own settings say no (CHORUS_SHM_DISABLE=1 acts as "^shm"). A
+// name that is unknown, or known but unavailable here (a plugin not found or refused), fails with the reason,
+// since the user asked for it by name; excluding an unavailable one is fine.
+std::vector<const Descriptor*> select(const std::string& spec) {
+  std::string list = trim(spec);
+  const bool exclude = !list.empty() && list[0] == '^';
+  if (exclude) list = list.substr(1);
+  std::vector<std::string> names;
+  size_t start = 0;
+  for (size_t i = 0; i <= list.size(); ++i)
+    if (i == list.size() || list[i] == ',') {
+      std::string n = lower(trim(list.substr(start, i - start)));
+      start = i + 1;
+      if (n.empty()) continue;
+      if (find(n) == nullptr) {
+        for (const Unavailable& u : unavailable()) {
+          if (u.name != n) continue;
+          if (exclude) goto next;  // excluding what is not here anyway is fine
+          fail(chorusInvalidArgument, "CHORUS_TRANSPORTS='{}': transport {} is not available: {}", spec, n, u.why);
+        }
+        fail(chorusInvalidArgument, "CHORUS_TRANSPORTS='{}': unknown transport '{}' (available: {})", spec, n,
+             knownNames());
+      }
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    next:;
+    }
+  std::vector<const Descriptor*> out;
+  if (!exclude && !names.empty()) {
+    for (const std::string& n : names) out.push_back(find(n));
+    return out;
+  }
+  for (const Descriptor& d : registered()) {
+    if (std::find(names.begin(), names.end(), d.name) != names.end()) continue;
+    if (d.disabledByEnv && d.disabledByEnv()) continue;
+    out.push_back(&d);
+  }
+  if (out.empty()) fail(chorusInvalidArgument, "CHORUS_TRANSPORTS='{}' leaves no transport (available: {})", spec,
+                        knownNames());
+  return out;
+}
+
+const Descriptor* choosePair(int a, int b, const std::vector<std::vector<std::string>>& offered,
+                             const std::vector<PeerInfo>& peers) {
+  const int lo = std::min(a, b), hi = std::max(a, b);
+  const auto& theirs = offered[static_cast<size_t>(hi)];
+  for (const std::string& name : offered[static_cast<size_t>(lo)]) {
+    if (std::find(theirs.begin(), theirs.end(), name) == theirs.end()) continue;
+    const Descriptor* d = find(name);
+    if (d != nullptr && d->canConnect(peers[static_cast<size_t>(lo)], peers[static_cast<size_t>(hi)])) return d;
+  }
+  return nullptr;
+}
+
+}  // namespace chorus::transport

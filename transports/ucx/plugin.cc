@@ -1,0 +1,52 @@
+// The UCX transport's entry in the registry, exported as the plugin table (transports/plugin_export.h).
+#include <ucp/api/ucp.h>
+
+#include "transports/plugin_export.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace chorus::transport::ucx {
+
+namespace {
+
+// UCX reads its own UCX_* variables (UCX_TLS, UCX_NET_DEVICES, ...); these are Chorus's.
+constexpr EnvSpec kEnv[] = {
+    {"CHORUS_UCX_DISABLE", "int", "0", "1: UCX serves no pair unless CHORUS_TRANSPORTS names it"},
+};
+
+// Whether a UCP context can be made here at all (a broken UCX install, or no transport UCX_TLS allows).
+std::string probe() {
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return std::string("UCX configuration could not be read: ") + ucs_status_string(st);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  ucp_context_h ctx = nullptr;
+  st = ucp_init(&params, config, &ctx);
+  ucp_config_release(config);
+  if (st != UCS_OK) return std::string("UCX could not start: ") + ucs_status_string(st);
+  ucp_cleanup(ctx);
+  return "";
+}
+
+const PluginSpec kSpec{
+    "ucx",
+    // After tcp by default: on the machines this project measures on, UCX runs over TCP and shared memory too
+    // (docs/architecture.md); name it in CHORUS_TRANSPORTS to use it.
+    40,
+    kEnv,
+    // Between two ranks of one host over UCX's shared memory; see the measurements in the closing note of the
+    // UCX issue (docs/architecture.md links them).
+    {3.0, 5.0, 20.0, 2.0, false, 1024 * 1024},
+    probe,
+    [] { return envInt("CHORUS_UCX_DISABLE", 0, 1, kEnv) == 1; },
+    [](const PeerInfo&, const PeerInfo&) { return true; },
+    create,
+};
+
+}  // namespace
+
+}  // namespace chorus::transport::ucx
+
+extern "C" CHORUS_PLUGIN_EXPORT const chorusTransportPlugin_v1_t chorusTransportPlugin_v1 =
+    chorus::transport::exportPlugin(chorus::transport::ucx::kSpec);
