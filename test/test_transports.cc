@@ -1,18 +1,27 @@
 // The transport registry and the plugins: the CHORUS_TRANSPORTS grammar and its errors, the choice per pair,
 // communicators formed with a forced transport; plugin files that are not plugins of this version are refused
 // without a crash while the communicator forms without them; with the UCX plugin absent the library still forms
-// over shm/tcp and forcing ucx fails naming why; libchorus.so needs no UCX library; and, as root, a communicator
-// of 2 simulated hosts x 2 ranks with shm inside a host and UCX across.
+// over shm/tcp and forcing ucx fails naming why; libchorus.so needs no UCX library; as root, a communicator
+// of 2 simulated hosts x 2 ranks with shm inside a host and UCX across; and, driving transports directly, the
+// handshake with strangers on the ports, a peer that never connects, and UCX addresses that do not unpack.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <sys/stat.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lib/base/error.h"
+#include "lib/base/socket.h"
 #include "test/comms.h"
 #include "test/shell.h"
 #include "test/watchdog.h"
@@ -219,4 +228,153 @@ TEST(Plugins, MixedShmInsideHostsUcxAcross) {
   };
   EXPECT_EQ(count(": transport shm"), 4u) << r.output;  // 0<->1 and 2<->3, from both ends
   EXPECT_EQ(count(": transport ucx"), 8u) << r.output;  // the 4 pairs across, from both ends
+}
+
+// ---- transports driven directly, as the communicator drives them ----
+
+namespace {
+
+struct Pair {
+  transport::Setup setup[2];
+  std::unique_ptr<transport::Transport> t[2];
+};
+
+// Two transports of one kind as ranks 0 and 1 of one communicator in this process.
+std::unique_ptr<Pair> makePair(const std::string& name) {
+  auto p = std::make_unique<Pair>();
+  for (int r = 0; r < 2; ++r) {
+    transport::Setup& s = p->setup[r];
+    s.rank = r;
+    s.nranks = 2;
+    s.secret = 0x1234;
+    s.commId = 0x77;
+    s.socketIfname = "=lo";
+    p->t[r] = transport::find(name)->create(s);
+  }
+  for (int r = 0; r < 2; ++r)
+    for (int q = 0; q < 2; ++q) p->setup[r].peers.push_back({q, getpid(), "localhost", "this-host"});
+  return p;
+}
+
+// Rank 0 connects while rank 1 accepts; both within `seconds`. Returns rank 1's error text ("" if none).
+std::string connectPair(Pair& p, double seconds) {
+  std::string err;
+  std::thread acceptor([&] {
+    try {
+      p.t[1]->accept(0, p.t[0]->address(), deadlineIn(seconds));
+    } catch (const Error& e) {
+      err = e.what();
+    }
+  });
+  p.t[0]->connect(1, p.t[1]->address(), deadlineIn(seconds));
+  acceptor.join();
+  return err;
+}
+
+// One message of `bytes` from rank 0 to rank 1, both driven on this thread; true when it arrived intact.
+bool sendOne(Pair& p, size_t bytes) {
+  std::vector<uint8_t> out(bytes), in(bytes, 0);
+  for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(i * 7 + 1);
+  OpTag tag;
+  tag.kind = OpKind::AllReduce;
+  tag.seq = 1;
+  tag.count = bytes;
+  Request s, r;
+  p.t[1]->irecv(0, in.data(), bytes, tag, &r);
+  p.t[0]->isend(1, out.data(), bytes, tag, &s);
+  Deadline end = deadlineIn(20);
+  while (!(s.done && r.done) && Clock::now() < end) {
+    p.t[0]->progress();
+    p.t[1]->progress();
+  }
+  return s.done && r.done && in == out;
+}
+
+// Connects to a TCP port on loopback and sends junk; returns the socket (closed by the caller).
+int sendJunkTo(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const char junk[] = "GET / HTTP/1.0\r\n\r\n and some more bytes than any Hello has";
+  (void)!::send(fd, junk, sizeof junk, MSG_NOSIGNAL);
+  return fd;
+}
+
+// The TCP ports this process listens on (from /proc/net/tcp and this process's socket inodes).
+std::set<uint16_t> listeningPorts() {
+  std::set<std::string> inodes;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::set<uint16_t> ports;
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream f(file);
+    std::string line;
+    std::getline(f, line);
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      in >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode))  // LISTEN
+        ports.insert(static_cast<uint16_t>(std::stoul(local.substr(local.find(':') + 1), nullptr, 16)));
+    }
+  }
+  return ports;
+}
+
+}  // namespace
+
+// Strangers on a transport's listening ports (junk, an HTTP request) while a pair connects: dropped, and the
+// pair forms and carries data as if they were not there.
+TEST(Handshake, StrangersAreDroppedWhileAPairConnects) {
+  Watchdog wd(120);
+  std::vector<std::string> kinds{"tcp"};
+  if (haveUcx()) kinds.push_back("ucx");
+  for (const std::string& kind : kinds) {
+    SCOPED_TRACE(kind);
+    const std::set<uint16_t> before = listeningPorts();
+    std::unique_ptr<Pair> p = makePair(kind);
+    std::vector<int> junk;
+    for (uint16_t port : listeningPorts())
+      if (!before.count(port)) junk.push_back(sendJunkTo(port));
+    EXPECT_FALSE(junk.empty()) << kind << " opened no listening port";
+    EXPECT_EQ(connectPair(*p, 20), "");
+    EXPECT_TRUE(sendOne(*p, 100000));
+    for (int fd : junk)
+      if (fd >= 0) ::close(fd);
+    p->t[0]->close(deadlineIn(2));
+    p->t[1]->close(deadlineIn(2));
+  }
+}
+
+// Nobody connects: accept fails at its deadline naming the peer, and does not hang.
+TEST(Handshake, AcceptTimesOutNamingThePeer) {
+  Watchdog wd(60);
+  std::unique_ptr<Pair> p = makePair("tcp");
+  std::string e = errorOf([&] { p->t[1]->accept(0, p->t[0]->address(), deadlineIn(0.5)); });
+  EXPECT_NE(e.find("rank 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("did not connect"), std::string::npos) << e;
+}
+
+// A UCX address that does not unpack, or a worker that cannot be reached: an error naming the rank, the
+// transport and the reason, within the deadline.
+TEST(Handshake, BadUcxAddressIsAnErrorNamingRankAndTransport) {
+  if (!haveUcx()) GTEST_SKIP() << "the UCX plugin was not built";
+  Watchdog wd(60);
+  std::unique_ptr<Pair> p = makePair("ucx");
+  std::vector<uint8_t> garbage(200);
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<uint8_t>(i * 37 + 11);
+  std::string e = errorOf([&] { p->t[0]->connect(1, garbage, deadlineIn(3)); });
+  EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("ucx"), std::string::npos) << e;
+  e = errorOf([&] { p->t[0]->connect(1, {}, deadlineIn(3)); });
+  EXPECT_NE(e.find("ucx"), std::string::npos) << e;
 }
