@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A/B of two builds of Chorus, interleaved: 8 B latency and 1 / 16 / 256 MiB busbw of all_reduce_perf (blocking
+# calls, -z 1) over shm and over tcp, for 2 and 4 ranks; round after round, A and B back to back at every point
+# (A first in odd rounds, B first in even ones), so that both see the same machine. Prints the median of the rounds per build and the ratio B/A
+# (scripts/ab_table.py).
+#
+# usage: scripts/bench_ab.sh BUILD_A BUILD_B [OUTDIR]     e.g. scripts/bench_ab.sh ../baseline/build build
+# env:   RUNS=5  NRANKS="2 4"  SIZES="8 1M 16M 256M"  TRANSPORTS="shm tcp"
+set -euo pipefail
+a=$(realpath "$1"); b=$(realpath "$2")
+out=${3:-$(mktemp -d /tmp/bench-ab.XXXX)}
+RUNS=${RUNS:-5}
+NRANKS=${NRANKS:-"2 4"}
+SIZES=${SIZES:-"8 1M 16M 256M"}
+TRANSPORTS=${TRANSPORTS:-"shm tcp"}
+mkdir -p "$out"
+for run in $(seq 1 "$RUNS"); do
+  for n in $NRANKS; do
+    for t in $TRANSPORTS; do
+      # CHORUS_SHM_DISABLE works in both builds (the build before the transport registry has no CHORUS_TRANSPORTS).
+      env=(); [ "$t" = tcp ] && env=(CHORUS_SHM_DISABLE=1)
+      for s in $SIZES; do
+        order="A B"; [ $((run % 2)) = 0 ] && order="B A"
+        for side in $order; do
+          dir=$a; [ "$side" = B ] && dir=$b
+          f="$out/$side-$t-$n-$s.run$run.txt"
+          env "${env[@]}" "$dir/scripts/chorusrun" -n "$n" --no-prefix \
+            "$dir/bench/all_reduce_perf" -z 1 -a 1 -b "$s" -e "$s" -c 0 >"$f" 2>&1 || echo "failed: $f" >&2
+        done
+      done
+    done
+  done
+done
+python3 "$(dirname "$0")/ab_table.py" "$out"
+echo "raw tables in $out"

@@ -1,0 +1,41 @@
+// On-the-wire formats of the UCX transport: the 64-bit UCP tags, the header in front of every data message and
+// the control messages (Note [UCX transport] in ucx_transport.cc).
+#pragma once
+
+#include <cstdint>
+
+namespace chorus::transport::ucx {
+
+constexpr uint32_t kControlMagic = 0x43485543;  // "CHUC"
+constexpr uint32_t kWireVersion = 1;
+
+// Bits 63..62: message class; bits 31..0: the sender's rank. Receives match all 64 bits.
+constexpr uint64_t kDataClass = 0;
+constexpr uint64_t kControlClass = uint64_t{1} << 62;
+constexpr uint64_t kFullMask = ~uint64_t{0};
+constexpr uint64_t tagFor(uint64_t cls, int senderRank) { return cls | static_cast<uint32_t>(senderRank); }
+
+// Opens every data message's first UCP message; repeats the OpTag (Note [Message tags] in transports/transport.h).
+struct WireHeader {
+  uint64_t seq, count;
+  int32_t root;
+  uint8_t kind, dtype, redop, pad;
+  uint64_t len;  // payload bytes of the whole message
+};
+static_assert(sizeof(WireHeader) == 32);
+
+enum class ControlType : uint32_t { Hello = 1, Bye = 2, Abort = 3 };
+
+// Every control message carries the handshake fields, so each one is checked like a Hello.
+struct Control {
+  uint32_t magic, version;
+  uint64_t secret, commId;
+  int32_t fromRank, toRank;
+  ControlType type;
+  uint32_t code;     // Abort: the chorusResult_t
+  uint32_t textLen;  // Abort: bytes of reason text that follow
+  uint32_t reserved;
+};
+static_assert(sizeof(Control) == 48);
+
+}  // namespace chorus::transport::ucx
