@@ -4,7 +4,7 @@
 // where the pipelined algorithms (ring, tree) overlap the three terms as described below,
 // with (alpha, beta) per kind of link: `local` between ranks of one host (the numbers the transport serving
 // them gives, transports/registry.h, measured on this project's 2-core machines) and `net` between hosts (measured when the
-// communicator is created: buildCostModel, lib/tuning.cc). Steps and bytes per algorithm, n ranks, S bytes:
+// communicator is created: buildCostModel, lib/comm/tuning.cc). Steps and bytes per algorithm, n ranks, S bytes:
 //   ring   2(n-1) steps, 2(n-1)/n S on each link, (n-1)/n S reduced; pipelined in chunks, so the steps'
 //          latency overlaps the transfer where a segment has several chunks (the larger of the first chunk's
 //          path and the links' busy time)
@@ -53,7 +53,7 @@ struct CostModel {
 
   // Predicted microseconds for an allreduce of `bytes`; infinity when the algorithm cannot run here.
   double allReduceUs(AllReduceAlgo a, size_t bytes) const;
-  // The fastest algorithm among `allowed` (AlgoBits of lib/env.h) and its predicted time.
+  // The fastest algorithm among `allowed` (AlgoBits of lib/base/env.h) and its predicted time.
   AllReduceAlgo chooseAllReduce(unsigned allowed, size_t bytes, double* us = nullptr) const;
 
   struct Crossover {
@@ -66,7 +66,7 @@ struct CostModel {
   std::string describe() const;  // "8 ranks on 8 hosts; local a=... b=...; net ..."
 };
 
-// bits of lib/env.h's AlgoBits that an algorithm needs
+// bits of lib/base/env.h's AlgoBits that an algorithm needs
 unsigned algoBit(AllReduceAlgo a);
 
 }  // namespace chorus::algo

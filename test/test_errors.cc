@@ -435,11 +435,13 @@ TEST(Init, BogusAlgoAndNsocks) {
   }
   {
     EnvGuard env;
+    env.set("CHORUS_TRANSPORTS", "tcp");  // a transport reads its own settings (transports/registry.h)
     env.set("CHORUS_NSOCKS", "0");
     EXPECT_REFUSED(chorusCommInitRank(&c, 2, id, 0), chorusInvalidArgument, nullptr, "CHORUS_NSOCKS", "'0'");
   }
   {
     EnvGuard env;
+    env.set("CHORUS_TRANSPORTS", "tcp");
     env.set("CHORUS_NSOCKS", "17");
     EXPECT_REFUSED(chorusCommInitRank(&c, 2, id, 0), chorusInvalidArgument, nullptr, "CHORUS_NSOCKS", "'17'");
   }

@@ -1,4 +1,4 @@
-// Algorithm selection: CHORUS_ALGO's grammar (lib/env.h parseAlgo) and the cost model's predictions and
+// Algorithm selection: CHORUS_ALGO's grammar (lib/base/env.h parseAlgo) and the cost model's predictions and
 // choices (algorithms/cost_model.h), both pure functions.
 #include <gtest/gtest.h>
 
