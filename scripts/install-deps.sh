@@ -2,6 +2,7 @@
 # Installs, with apt, whatever Chorus needs to build and test that is missing (Debian 12, as root).
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config g++ libgtest-dev libgmock-dev libbenchmark-dev libspdlog-dev libfmt-dev
+      libucx-dev ucx-utils  # the UCX transport plugin
       iproute2 iptables libnetfilter-queue-dev)  # the last three: scripts/netns-cluster (simulated hosts)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -12,6 +12,13 @@ build() {  # build <dir> <meson options...>
   else meson setup "$dir" "$@" >/dev/null; fi && ninja -C "$dir" -j"$jobs" >/dev/null
 }
 
+# The NAME-ucx runs of the given suites, where the build made the UCX plugin.
+ucx_suites() {
+  local dir=$1; shift
+  meson test -C "$dir" --list 2>/dev/null | grep -qx 'smoke-ucx' || return 0
+  for t in "$@"; do echo "$t-ucx"; done
+}
+
 status=0
 build build -Dwerror=true -Dbuildtype=debugoptimized || { echo "build failed"; ninja -C build -j1 | tail -40; exit 1; }
 meson test -C build --print-errorlogs --num-processes 1 || status=1
@@ -32,11 +39,12 @@ rm -rf "$stage"
 build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dmicrobench=disabled \
   || { echo "asan build failed"; exit 1; }
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  meson test -C build-asan --print-errorlogs --num-processes 1 reduce smoke errors shm tree_shape selection tree ddp ddp_train mlp || status=1
+  meson test -C build-asan --print-errorlogs --num-processes 1 reduce smoke errors shm tree_shape selection tree ddp ddp_train mlp \
+  transports $(ucx_suites build-asan smoke errors ddp failures) || status=1
 build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dmicrobench=disabled \
   || { echo "tsan build failed"; exit 1; }
 TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 smoke errors shm tree ddp ddp_train \
-  smoke-tcp || status=1
+  smoke-tcp transports $(ucx_suites build-tsan smoke errors ddp) || status=1
 
 python3 scripts/test_summary.py --extra "pkgconfig=$pkgconfig_ok" build/meson-logs/testlog.junit.xml \
   build-asan/meson-logs/testlog.junit.xml build-tsan/meson-logs/testlog.junit.xml

@@ -21,7 +21,10 @@ Context createContext(const std::string& who) {
   // Blocking TCP connects between many workers of one process (ranks as threads) were refused by the peer
   // intermittently (8 in-process ranks: 1-5 refusals per run); non-blocking ones never were (12 runs). Set as
   // the tcp transport's own key; UCX_TCP_CONN_NB still wins when set.
-  if (std::getenv("UCX_TCP_CONN_NB") == nullptr) {
+  const char* tls = std::getenv("UCX_TLS");
+  const bool tcpAllowed = tls == nullptr || *tls == '\0' || *tls == '^' || std::strstr(tls, "tcp") != nullptr ||
+                          std::strstr(tls, "all") != nullptr;
+  if (tcpAllowed && std::getenv("UCX_TCP_CONN_NB") == nullptr) {
     s = ucp_config_modify(config.get(), "CONN_NB", "y");
     if (s != UCS_OK) CHORUS_DEBUG(kNet, "{}: UCX_TCP_CONN_NB=y not applied: {}", who, ucs_status_string(s));
   }

@@ -99,15 +99,18 @@ class UcxTransport final : public Transport {
 
   ~UcxTransport() override {
     tearingDown_ = true;
+    const bool dataLeft = orphanData();
     std::vector<void*> closing;
     for (Peer* p : connected_)
       if (void* r = p->ep.close(true)) closing.push_back(r);
     for (auto& op : ops_)
       for (Part& part : op->parts)
-        if (part.req != nullptr && !part.done && (op->role == Role::Recv || op->role == Role::ControlRecv))
-          ucp_request_cancel(worker_.get(), part.req);
-    // Let the cancellations and closes run their course, briefly; ucp_request_free is safe either way.
-    for (Deadline until = Clock::now() + kTeardownWait; Clock::now() < until && busy(closing);) pump();
+        if (part.req != nullptr && !part.done && op->role == Role::ControlRecv) ucp_request_cancel(worker_.get(), part.req);
+    // Let the cancellations and closes run their course, briefly; ucp_request_free is safe either way. Not while
+    // a data transfer is still under way: its buffers belong to a call that has returned (with an error), and
+    // progress would move bytes into or out of memory the caller may have freed.
+    if (!dataLeft)
+      for (Deadline until = Clock::now() + kTeardownWait; Clock::now() < until && busy(closing);) pump();
     for (void* r : closing) ucp_request_free(r);
     for (auto& op : ops_)
       for (Part& part : op->parts)
@@ -191,6 +194,7 @@ class UcxTransport final : public Transport {
   }
 
   void sendAbort(chorusResult_t code, const std::string& text, Deadline deadline) override {
+    orphanData();  // this rank failed: the operations in flight unwound, or are unwinding, with their Requests
     try {
       std::string t = text.substr(0, kMaxAbortText);
       for (Peer* p : connected_)
@@ -348,8 +352,28 @@ class UcxTransport final : public Transport {
   void fault(chorusResult_t code, fmt::format_string<Args...> f, Args&&... args) {
     if (!error_) error_.emplace(code, fmt::format(f, std::forward<Args>(args)...));
   }
-  void throwIfFailed() const {
-    if (error_) throw *error_;
+  // The error is about to reach the caller, whose call then unwinds: the Requests of its operations go away,
+  // and so, once it returns, may their buffers.
+  void throwIfFailed() {
+    if (!error_) return;
+    orphanData();
+    throw *error_;
+  }
+
+  // Detaches every data operation in flight from its caller: its Request is never written again, and its
+  // receives that UCX has not matched yet are cancelled. True if some transfer is still under way in UCX.
+  bool orphanData() {
+    bool left = false;
+    for (auto& op : ops_) {
+      if (op->pending == 0 || (op->role != Role::Send && op->role != Role::Recv)) continue;
+      op->failed = true;
+      for (Part& part : op->parts) {
+        if (part.req == nullptr || part.done) continue;
+        if (op->role == Role::Recv) ucp_request_cancel(worker_.get(), part.req);
+        left = left || !part.done;
+      }
+    }
+    return left;
   }
 
   Op& takeOp(Role role, Peer* peer, Request* req, uint8_t* buf = nullptr, size_t len = 0, const OpTag& tag = {}) {
