@@ -65,6 +65,13 @@ int main(int argc, char** argv) {
     std::printf("environment: INVALID: %s\n", e.what());
   }
   namespace tr = chorus::transport;
+  std::string order;  // what a communicator would use, before listing the plugins loads them all
+  try {
+    for (const tr::Descriptor* d : tr::select(chorus::envValue("CHORUS_TRANSPORTS"))) order += " " + d->name;
+  } catch (const chorus::Error& e) {
+    order = std::string(": INVALID: ") + e.what();
+  }
+  tr::loadAllPlugins();
   std::printf("\ntransports (default order first; plugins searched in");
   for (const std::string& d : tr::pluginSearchPath()) std::printf(" %s", d.c_str());
   std::printf("):\n");
@@ -72,13 +79,7 @@ int main(int argc, char** argv) {
     std::printf("  %-6s %-9s %s\n", d.name.c_str(), d.origin == "built-in" ? "built-in" : "plugin", d.origin.c_str());
   for (const tr::Unavailable& u : tr::unavailable())
     std::printf("  %-6s %-9s %s\n", u.name.c_str(), "n/a", u.why.c_str());
-  try {
-    std::string order;
-    for (const tr::Descriptor* d : tr::select(chorus::envValue("CHORUS_TRANSPORTS"))) order += " " + d->name;
-    std::printf("CHORUS_TRANSPORTS='%s' ->%s\n", chorus::envValue("CHORUS_TRANSPORTS").c_str(), order.c_str());
-  } catch (const chorus::Error& e) {
-    std::printf("CHORUS_TRANSPORTS: INVALID: %s\n", e.what());
-  }
+  std::printf("CHORUS_TRANSPORTS='%s' ->%s\n", chorus::envValue("CHORUS_TRANSPORTS").c_str(), order.c_str());
   auto section = [](const char* title, std::span<const chorus::EnvSpec> vars) {
     if (vars.empty()) return;
     std::printf("\n[%s]\n%-24s %-7s %-8s %-14s %s\n", title, "variable", "type", "default", "value", "description");

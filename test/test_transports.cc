@@ -53,7 +53,10 @@ std::string errorOf(F&& f) {
   return "";
 }
 
-bool haveUcx() { return transport::find("ucx") != nullptr; }
+bool haveUcx() {
+  transport::loadAllPlugins();
+  return transport::find("ucx") != nullptr;
+}
 
 std::string sourceDir() {
   const char* s = std::getenv("TEST_SOURCE_DIR");

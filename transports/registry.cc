@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <mutex>
+#include <atomic>
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
@@ -19,10 +19,10 @@ struct Registry {
   std::vector<Unavailable> refused;
 };
 
-const Registry& theRegistry() {
-  static const Registry r = [] {
-    Registry reg;
-    std::vector<Descriptor> all{tcp::descriptor(), shm::descriptor()};
+Registry build(bool withPlugins) {
+  Registry reg;
+  std::vector<Descriptor> all{tcp::descriptor(), shm::descriptor()};
+  if (withPlugins)
     for (Descriptor& d : loadPlugins(&reg.refused)) {
       if (std::any_of(all.begin(), all.end(), [&](const Descriptor& o) { return o.name == d.name; })) {
         reg.refused.push_back({d.name, fmt::format("{} is a second transport named {} (the first is kept)", d.origin,
@@ -31,17 +31,30 @@ const Registry& theRegistry() {
       }
       all.push_back(std::move(d));
     }
-    for (Descriptor& d : all) {
-      std::string why = d.unavailable ? d.unavailable() : "";
-      if (why.empty()) reg.usable.push_back(std::move(d));
-      else reg.refused.push_back({d.name, why});
-    }
-    std::stable_sort(reg.usable.begin(), reg.usable.end(),
-                     [](const Descriptor& a, const Descriptor& b) { return a.preference < b.preference; });
-    return reg;
-  }();
+  for (Descriptor& d : all) {
+    std::string why = d.unavailable ? d.unavailable() : "";
+    if (why.empty()) reg.usable.push_back(std::move(d));
+    else reg.refused.push_back({d.name, why});
+  }
+  std::stable_sort(reg.usable.begin(), reg.usable.end(),
+                   [](const Descriptor& a, const Descriptor& b) { return a.preference < b.preference; });
+  return reg;
+}
+
+// Note [Loading plugins on demand]: a plugin brings its library into the process (UCX starts threads, hooks
+// memory and signals), so plugins are loaded only once something asks for a transport that is not built in:
+// CHORUS_TRANSPORTS naming one, or any "^" list (all but ...), or chorus_info. Both registries live for the
+// process; the built-in descriptors exist in each, so callers compare transports by name.
+std::atomic<bool> gPluginsLoaded{false};
+const Registry& builtIns() {
+  static const Registry r = build(false);
   return r;
 }
+const Registry& withPlugins() {
+  static const Registry r = build(true);
+  return r;
+}
+const Registry& theRegistry() { return gPluginsLoaded.load() ? withPlugins() : builtIns(); }
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -60,6 +73,11 @@ std::string knownNames() {
 }
 
 }  // namespace
+
+void loadAllPlugins() {
+  withPlugins();
+  gPluginsLoaded = true;
+}
 
 const std::vector<Descriptor>& registered() { return theRegistry().usable; }
 const std::vector<Unavailable>& unavailable() { return theRegistry().refused; }
@@ -80,6 +98,20 @@ std::vector<const Descriptor*> select(const std::string& spec) {
   std::string list = trim(spec);
   const bool exclude = !list.empty() && list[0] == '^';
   if (exclude) list = list.substr(1);
+  bool named = exclude;  // a transport that is not built in, by name or by "all but"
+  {
+    std::string rest = lower(list);
+    size_t start = 0;
+    for (size_t i = 0; i <= rest.size(); ++i)
+      if (i == rest.size() || rest[i] == ',') {
+        std::string n = trim(rest.substr(start, i - start));
+        start = i + 1;
+        if (!n.empty() && std::none_of(builtIns().usable.begin(), builtIns().usable.end(),
+                                       [&](const Descriptor& d) { return d.name == n; }))
+          named = true;
+      }
+  }
+  if (named) loadAllPlugins();
   std::vector<std::string> names;
   size_t start = 0;
   for (size_t i = 0; i <= list.size(); ++i)

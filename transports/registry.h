@@ -1,7 +1,8 @@
 // The transport registry: every transport describes itself here (name, default preference, its section of the
 // environment table, the link numbers the cost model needs, whether it can serve a pair, how to create it), so
 // the communicator names none of them. Built-in transports are listed by transports/registry.cc; plugins
-// (transports/plugin.h) are found and loaded once per process, at the first communicator's creation.
+// (transports/plugin.h) are found and loaded once per process, when something first asks for a transport that
+// is not built in (Note [Loading plugins on demand] in registry.cc).
 #pragma once
 
 #include <functional>
@@ -45,6 +46,9 @@ struct Unavailable {
   std::string name;  // the transport's name, or the file's when it could not even say its name
   std::string why;
 };
+
+// Finds and loads the plugins (once per process); select() does it when the spec needs them.
+void loadAllPlugins();
 
 // Every usable transport (built-ins and loaded plugins) in default order, and those that are not usable.
 const std::vector<Descriptor>& registered();

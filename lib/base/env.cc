@@ -33,7 +33,7 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_HOSTID", "string", "", "overrides the host identity (hostname + boot id) used to group ranks"},
     {"CHORUS_TRANSPORTS", "string", "",
      "transports that may serve pairs, in order of preference: a comma list (shm,ucx), ^ for all but those "
-     "(^shm), case-insensitive; default every available one in its own order (chorus_info lists them)"},
+     "(^shm), case-insensitive; default the built-in ones, shm then tcp; plugins load only when named or with ^"},
     {"CHORUS_PLUGIN_PATH", "string", "",
      "colon list of folders searched first for transport plugins (libchorus-NAME.so), then the folder of "
      "libchorus.so and its chorus/ sub-folder"},

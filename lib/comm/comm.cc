@@ -133,14 +133,18 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
         fail(chorusInvalidUsage, "{} and {} share no transport: one offers {}, the other {} (CHORUS_TRANSPORTS)",
              peer(a).name(), peer(b).name(), nameList(offered[static_cast<size_t>(a)]),
              nameList(offered[static_cast<size_t>(b)]));
-      if (std::find(used.begin(), used.end(), d) == used.end()) used.push_back(d);
+      if (std::none_of(used.begin(), used.end(), [&](const auto* x) { return x->name == d->name; })) used.push_back(d);
       reduceOnReceive_ = reduceOnReceive_ && d->traits.reducesOnReceive;
       if (hostOf_[static_cast<size_t>(a)] == hostOf_[static_cast<size_t>(b)] &&
           (!localCost_ || d->traits.alphaUs > localCost_->alphaUs))
         localCost_ = d->traits;  // the slowest link inside a host
       if (a != rank() && b != rank()) continue;
       const int p = a == rank() ? b : a;
-      const size_t at = static_cast<size_t>(std::find(descriptors_.begin(), descriptors_.end(), d) - descriptors_.begin());
+      // By name: the registry may have grown by its plugins since this rank's select() (another thread's).
+      const size_t at = static_cast<size_t>(
+          std::find_if(descriptors_.begin(), descriptors_.end(), [&](const auto* x) { return x->name == d->name; }) -
+          descriptors_.begin());
+      if (at == descriptors_.size()) fail(chorusInternalError, "{}: transport {} is not started here", name(), d->name);
       route_[p] = transports_[at].get();
       if (std::find(inUse_.begin(), inUse_.end(), route_[p]) == inUse_.end()) inUse_.push_back(route_[p]);
       CHORUS_INFO(kInit, "{} -> {}: transport {}", name(), peer(p).name(), route_[p]->name());
