@@ -66,6 +66,7 @@ namespace {
 constexpr unsigned kMaxProgressRounds = 64;
 constexpr auto kWatchEvery = std::chrono::milliseconds(100);
 constexpr auto kTeardownWait = std::chrono::milliseconds(500);
+constexpr auto kLossGrace = std::chrono::milliseconds(100);
 constexpr auto kConnectHeadStart = std::chrono::milliseconds(20);
 
 // kill(pid, 0) still succeeds for a process that exited but was not reaped yet: look at its state too.
@@ -186,7 +187,7 @@ class UcxTransport final : public Transport {
   int waitFd() const override { return efd_; }
 
   bool armWake() override {
-    if (done_.head != nullptr) return false;  // completions wait to be processed
+    if (done_.head != nullptr || pendingLoss_) return false;  // completions, or a loss, wait to be processed
     ucs_status_t s = ucp_worker_arm(worker_.get());
     if (s == UCS_OK) return true;
     if (s != UCS_ERR_BUSY) CHORUS_DEBUG(kNet, "{}: ucp_worker_arm failed: {}", self(), ucs_status_string(s));
@@ -287,6 +288,7 @@ class UcxTransport final : public Transport {
     if (!watched_.empty()) moved |= watch();
     moved |= processDone();
     checkPeers();
+    reportLoss();
     return moved;
   }
 
@@ -326,7 +328,7 @@ class UcxTransport final : public Transport {
     for (Peer* p : connected_) {
       if (!p->failed() && !p->bye) continue;
       if (p->first != nullptr) {
-        fault(peerLost(*p, p->first->tag));
+        lost(peerLost(*p, p->first->tag));
       } else if (p->failed() && !p->reported) {
         p->reported = true;
         CHORUS_DEBUG(kNet, "{}: {} is gone ({}), with nothing in flight", self(), p->name,
@@ -347,6 +349,18 @@ class UcxTransport final : public Transport {
 
   void fault(Error e) {
     if (!error_) error_ = std::move(e);
+  }
+  // A peer's death is reported kLossGrace after it is seen: a peer that failed for a reason of its own sends an
+  // Abort before it exits, and UCX may report the broken endpoint before delivering it (seen over tcp: "rank 1
+  // died" instead of rank 1's words naming the rank that really died).
+  void lost(Error e) {
+    if (!pendingLoss_) {
+      pendingLoss_ = std::move(e);
+      lossAt_ = Clock::now();
+    }
+  }
+  void reportLoss() {
+    if (pendingLoss_ && !error_ && Clock::now() - lossAt_ >= kLossGrace) fault(*pendingLoss_);
   }
   template <typename... Args>
   void fault(chorusResult_t code, fmt::format_string<Args...> f, Args&&... args) {
@@ -483,7 +497,7 @@ class UcxTransport final : public Transport {
     op.failed = true;
     if (status == UCS_ERR_CANCELED && tearingDown_) return;
     if (op.peer->epStatus == UCS_OK && !op.peer->processGone) op.peer->epStatus = status;
-    fault(peerLost(*op.peer, op.tag));
+    lost(peerLost(*op.peer, op.tag));
   }
 
   void checkFirst(Op& op, const Part& part) {
@@ -638,6 +652,8 @@ class UcxTransport final : public Transport {
   int controlSends_ = 0;
   bool tearingDown_ = false;
   std::optional<Error> error_;
+  std::optional<Error> pendingLoss_;  // a peer's death, until kLossGrace has passed (lost())
+  Deadline lossAt_;
 };
 
 }  // namespace
