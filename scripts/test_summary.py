@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Adds up meson's JUnit logs (gtest cases are reported one by one) and prints the closing line CI reads:
 "N passed, N failed, N skipped". --extra NAME=1|0 counts one more check done outside meson. A meson test that
-crashed or timed out (testlog.json beside the JUnit file says so) counts as one more failure, since its cases may
+crashed or timed out (testlog.json, or NAME.json, beside the JUnit file says so) counts as one more failure, since its cases may
 be missing from the JUnit log."""
 import json
 import os
@@ -25,7 +25,7 @@ for path in args:
         print(f"cannot read {path} ({e}): counted as one failure")
         failed += 1
         continue
-    log = os.path.join(os.path.dirname(path), "testlog.json")
+    log = path.removesuffix(".junit.xml") + ".json"  # meson's --logbase NAME: NAME.junit.xml and NAME.json
     if os.path.exists(log):
         with open(log) as f:
             for line in f:

@@ -21,7 +21,7 @@ for folder in sys.argv[1:]:
                 p = line.split()
                 if len(p) == 2:
                     try:
-                        perf[m.group(1)][int(p[0])].append(float(p[1]) * (1 << 20) / 1e9  # MiB/s)
+                        perf[m.group(1)][int(p[0])].append(float(p[1]) * (1 << 20) / 1e9)  # MiB/s
                     except ValueError:
                         pass
             continue
@@ -57,15 +57,15 @@ tlss = sorted({k[0][len("chorus-ucx-"):] for k in times if k[0].startswith("chor
 for tls in tlss:
     for n in sorted({k[1] for k in times if k[0] == f"chorus-ucx-{tls}"}):
         sizes = sorted(times[(f"chorus-ucx-{tls}", n)])
-        print(f"\n### UCX_TLS={tls}, {n} ranks (medians of {len(sys.argv) - 1} rounds; 8 B: time in us, "
-              f"else busbw in GB/s)\n")
+        print(f"\n### UCX_TLS={tls}, {n} ranks (medians of {len(sys.argv) - 1} rounds; below 64 KiB: time in us, "
+              f"from 64 KiB: busbw in GB/s)\n")
         cols = ["chorus-ucx", "openmpi-ucx", "ucx/ompi", "chorus-shm", "chorus-tcp"]
         if n == 2:
             cols += ["ucx_perftest GB/s", "chorus-ucx / perftest"]
         print("| size | " + " | ".join(cols) + " |")
         print("|---|" + "---|" * len(cols))
         for s in sizes:
-            idx = 0 if s == 8 else 1
+            idx = 0 if s < 64 * 1024 else 1
             cu = med(f"chorus-ucx-{tls}", n, s, idx)
             om = med(f"openmpi-ucx-{tls}", n, s, idx)
             ratio = None if cu is None or om is None or cu == 0 else (om / cu if idx == 0 else cu / om)
@@ -74,4 +74,5 @@ for tls in tlss:
                 pt = statistics.median(perf[tls][s]) if perf[tls].get(s) else None
                 row += [fmt(pt), fmt(None if pt is None or cu is None or idx == 0 else cu / pt)]
             print(f"| {label(s)} | " + " | ".join(row) + " |")
-print("\nucx/ompi: Open MPI's time / Chorus's at 8 B, Chorus's busbw / Open MPI's above (> 1: Chorus faster).")
+print("\nucx/ompi: Open MPI's time / Chorus's below 64 KiB, Chorus's busbw / Open MPI's from 64 KiB "
+      "(> 1: Chorus faster).")

@@ -26,7 +26,9 @@ struct Settings {
   std::string host;
 };
 
-thread_local int tRank = -1;
+// Set and restored around every API call (and every plugin entry): initial-exec, so that is a plain store, not a
+// __tls_get_addr call in a shared library (4 bytes of the static TLS that glibc keeps for dlopen).
+[[gnu::tls_model("initial-exec")]] thread_local int tRank = -1;
 
 uint32_t subsysBit(const std::string& name) {
   static const struct { const char* n; uint32_t b; } kNames[] = {
