@@ -448,9 +448,14 @@ std::string hex(uint64_t v) {
 }
 
 // Environment for rank r of n self-forked workers sharing one root.
+// FAILURES_HOST_PER_RANK=1 gives every rank a host id of its own, as if each ran on another host: a transport
+// can then not watch a local peer's pid and must see a death in its own traffic.
 std::vector<std::string> rankEnv(int r, int n, int port, uint64_t secret) {
-  return {"CHORUS_RANK=" + std::to_string(r), "CHORUS_NRANKS=" + std::to_string(n),
-          "CHORUS_ROOT=127.0.0.1:" + std::to_string(port), "CHORUS_SECRET=" + hex(secret)};
+  std::vector<std::string> env{"CHORUS_RANK=" + std::to_string(r), "CHORUS_NRANKS=" + std::to_string(n),
+                               "CHORUS_ROOT=127.0.0.1:" + std::to_string(port), "CHORUS_SECRET=" + hex(secret)};
+  if (const char* v = std::getenv("FAILURES_HOST_PER_RANK"); v != nullptr && std::string(v) == "1")
+    env.push_back("CHORUS_HOSTID=failures-host-" + std::to_string(r));
+  return env;
 }
 
 std::string chorusrunPath() {

@@ -73,9 +73,10 @@ struct Op {
 struct Peer {
   int rank = -1;
   int pid = 0;
-  std::string name, refusal;
+  std::string name;
+  std::string modeWhy;  // why the endpoint is in mode NONE: the setting, or UCX's refusal of mode PEER
   Endpoint ep;
-  bool peerMode = true;  // UCP_ERR_HANDLING_MODE_PEER; else NONE, and refusal says why
+  bool peerMode = true;  // UCP_ERR_HANDLING_MODE_PEER; else NONE, and modeWhy says why
   bool watched = false;  // mode NONE: its death is noticed by watching its pid
   bool helloSent = false;  // our Hello has left (connect() gives it a head start)
   bool hello = false, bye = false, processGone = false, reported = false;

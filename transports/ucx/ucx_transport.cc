@@ -22,11 +22,15 @@
 //  start and later progress() or accept() calls finish it. The higher rank's Hello is checked in progress(); it
 //  precedes that peer's data. All control messages (Hello, Bye, Abort) carry the handshake fields and are checked.
 //
-//  Failure. Endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer or broken link fails them. UCX 1.13 refuses
-//  that mode over shared memory (UCX_TLS=sm: "no peer failure handler", UCS_ERR_UNREACHABLE; with tcp,sm or the
-//  default it quietly takes tcp for same-host pairs too: 3.5 GB/s instead of 5). Then the endpoint is made in mode
-//  NONE and the peer's pid watched: every ~100 ms progress() asks kill(pid, 0), counting a zombie as dead; UCX's
-//  ERROR line about the refusal is caught and the choice logged at INFO. A peer's failure is an error only while
+//  Failure. By default (CHORUS_UCX_ERROR_MODE=none) endpoints are made without UCX's peer error handling: in
+//  UCX 1.13 mode PEER leaves tcp without its zero-copy rendezvous lanes (no rma_bw lane; the data is copied out
+//  of UCX's receive buffers: 1 MiB allreduce busbw 1.8 against 3.0 GB/s in mode NONE, 2 ranks, interleaved), and
+//  over shared memory UCX refuses it anyway (UCX_TLS=sm: "no peer failure handler", UCS_ERR_UNREACHABLE; with
+//  tcp,sm or the default it quietly takes tcp for same-host pairs too). A peer on this host is then watched by
+//  its pid: every ~100 ms progress() asks kill(pid, 0), counting a zombie as dead; a peer on another host fails
+//  the transfers in flight with it when its connection breaks (the failures suite passes in both modes).
+//  CHORUS_UCX_ERROR_MODE=peer asks for mode PEER (UCX's keepalive too) and falls back as above where refused; the
+//  UCX ERROR line about the refusal is caught and the choice logged at INFO. A peer's failure is an error only while
 //  something is in flight with it (as in shm): it died, or it left cleanly if it said Bye first. Errors found in
 //  callbacks or completions are recorded and thrown by progress(), never from a UCX callback; the first one
 //  sticks, since after a mismatch or a death the message streams no longer line up. Completions are processed
@@ -86,8 +90,9 @@ bool pidGone(int pid) {
 
 class UcxTransport final : public Transport {
  public:
-  explicit UcxTransport(const Setup& setup)
+  UcxTransport(const Setup& setup, bool peerErrorMode)
       : setup_(setup),
+        peerErrorMode_(peerErrorMode),
         context_(createContext(self())),
         worker_(createWorker(context_.get(), self())),
         address_(workerAddress(worker_.get(), self())) {
@@ -247,18 +252,24 @@ class UcxTransport final : public Transport {
     p.pid = info.pid;
     p.name = info.name();
     std::string ucxSaid;
-    ucs_status_t s = createEndpoint(worker_.get(), workerAddr, UCP_ERR_HANDLING_MODE_PEER, onEndpointError, &p, &p.ep,
-                                    &ucxSaid);
-    if (s == UCS_ERR_UNREACHABLE || s == UCS_ERR_UNSUPPORTED) {
-      p.refusal = fmt::format("{}: {}", ucs_status_string(s), ucxSaid);
-      ucxSaid.clear();
+    ucs_status_t s = UCS_ERR_UNSUPPORTED;
+    if (peerErrorMode_) {
+      s = createEndpoint(worker_.get(), workerAddr, UCP_ERR_HANDLING_MODE_PEER, onEndpointError, &p, &p.ep, &ucxSaid);
+      if (s == UCS_ERR_UNREACHABLE || s == UCS_ERR_UNSUPPORTED) {
+        p.modeWhy = fmt::format("ucx refused it: {}: {}", ucs_status_string(s), ucxSaid);
+        ucxSaid.clear();
+      }
+    } else {
+      p.modeWhy = "CHORUS_UCX_ERROR_MODE=none";
+    }
+    if (!p.modeWhy.empty()) {
       s = createEndpoint(worker_.get(), workerAddr, UCP_ERR_HANDLING_MODE_NONE, onEndpointError, &p, &p.ep, &ucxSaid);
       p.peerMode = false;
       const bool sameHost = !info.hostId.empty() && info.hostId == setup_.peers[setup_.rank].hostId;
       p.watched = s == UCS_OK && sameHost && info.pid > 0 && info.pid != ::getpid();
-      if (s == UCS_OK && !sameHost)
-        CHORUS_WARN(kNet, "{}: ucx reaches {} only without peer error handling; if it dies, this rank cannot tell",
-                    self(), p.name);
+      if (s == UCS_OK && !sameHost && peerErrorMode_)
+        CHORUS_WARN(kNet, "{}: ucx reaches {} only without peer error handling; if it dies, only a failed transfer "
+                    "tells this rank", self(), p.name);
     }
     if (s != UCS_OK)
       fail(chorusSystemError, "{}: ucx cannot reach {}: {}{}{}", self(), p.name, ucs_status_string(s),
@@ -273,8 +284,8 @@ class UcxTransport final : public Transport {
 
   static std::string modeText(const Peer& p) {
     if (p.peerMode) return "";
-    return fmt::format(" without peer error handling, {} (ucx refused it: {})",
-                       p.watched ? "watching its pid" : "nothing to watch", p.refusal);
+    return fmt::format(" without peer error handling, {} ({})",
+                       p.watched ? "watching its pid" : "its failed transfers tell", p.modeWhy);
   }
 
   void waitBriefly(Deadline deadline) {
@@ -644,6 +655,7 @@ class UcxTransport final : public Transport {
   }
 
   const Setup& setup_;
+  const bool peerErrorMode_;
   std::vector<std::unique_ptr<Op>> ops_;  // every Op ever made; free_ lists the idle ones
   std::vector<Op*> free_;
   DoneList done_;
@@ -665,6 +677,8 @@ class UcxTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> create(const Setup& setup) { return std::make_unique<UcxTransport>(setup); }
+std::unique_ptr<Transport> create(const Setup& setup, bool peerErrorMode) {
+  return std::make_unique<UcxTransport>(setup, peerErrorMode);
+}
 
 }  // namespace chorus::transport::ucx

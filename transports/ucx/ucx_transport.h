@@ -14,7 +14,8 @@ namespace chorus::transport::ucx {
 constexpr size_t kCopyBytes = 16 * 1024;
 constexpr size_t kMaxAbortText = 4096;
 
-// setup must outlive the transport; its peers and commId are read when connect/accept run.
-std::unique_ptr<Transport> create(const Setup& setup);
+// setup must outlive the transport; its peers and commId are read when connect/accept run. peerErrorMode: ask
+// for UCP_ERR_HANDLING_MODE_PEER (CHORUS_UCX_ERROR_MODE=peer), else endpoints are made in mode NONE.
+std::unique_ptr<Transport> create(const Setup& setup, bool peerErrorMode);
 
 }  // namespace chorus::transport::ucx
