@@ -3,10 +3,13 @@
 # transports, and with ucx_perftest's tagged bandwidth (the transport's ceiling, 2 processes), for each UCX_TLS
 # in TLS and each rank count in NRANKS: float32-sum allreduce sweeps with blocking calls (-z 1), round after
 # round, every program once per round in turn. Tables: scripts/peer_table.py over the rounds (the best run per
-# size) and scripts/ucx_table.py (medians, ratios and the targets of the UCX issue).
+# size) and scripts/ucx_table.py (medians, ratios and the targets of the UCX issue). Stage "hosts": Chorus over
+# UCX (UCX_TLS=tcp) and over its own tcp across 2 simulated hosts of scripts/netns-cluster (RATE, DELAY_MS;
+# needs root), in the same rounds.
 #
 # usage: scripts/bench_ucx.sh [OUTDIR]
-# env:   TLS="tcp sm"  NRANKS="2 4"  MAXBYTES=256M  RUNS=3  PERFTEST_SIZES="64K 1M 16M 64M 256M"
+# env:   STAGES="local hosts"  TLS="tcp sm"  NRANKS="2 4"  MAXBYTES=256M  RUNS=3
+#        PERFTEST_SIZES="64K 1M 16M 64M 256M"  RATE=1gbit  DELAY_MS=0.5  HOSTS_MAXBYTES=64M
 # needs: a built tree (build/, with the UCX plugin), openmpi-bin + libopenmpi-dev, ucx-utils.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +20,12 @@ NRANKS=${NRANKS:-"2 4"}
 MAXBYTES=${MAXBYTES:-256M}
 RUNS=${RUNS:-3}
 PERFTEST_SIZES=${PERFTEST_SIZES:-"64K 1M 16M 64M 256M"}
+STAGES=${STAGES:-"local hosts"}
+RATE=${RATE:-1gbit} DELAY_MS=${DELAY_MS:-0.5} HOSTS_MAXBYTES=${HOSTS_MAXBYTES:-64M}
+if [[ " $STAGES " == *" hosts "* && "$(id -u)" != 0 ]]; then
+  echo "bench_ucx: the hosts stage needs root (network namespaces); skipped" >&2
+  STAGES=${STAGES//hosts/}
+fi
 mkdir -p "$out"
 rm -rf "$out/peers" && cp -r "$top/../shared/peers" "$out/peers" && rm -rf "$out/peers/results"
 make -s -C "$out/peers" mpi_bench_openmpi >/dev/null
@@ -59,9 +68,21 @@ perftest() {  # perftest TLS: ucx_perftest tag_bw between 2 processes, one line 
   done
 }
 
+hosts() {  # hosts NAME ENV...: one sweep across 2 simulated hosts, one rank each
+  local name=$1; shift
+  "$top/scripts/netns-cluster" -k 2 --rate "$RATE" --delay-ms "$DELAY_MS" --timeout 1800 -- env "$@" \
+    "$top/build/bench/all_reduce_perf" -a 1 -P 1 -z 1 -c 1 -b 8 -e "$HOSTS_MAXBYTES" -f 2 \
+    >"$dir/hosts-$name-2.txt" 2>&1 || echo "failed: hosts-$name-2 (see $dir/hosts-$name-2.txt)" >&2
+}
+
 for run in $(seq 1 "$RUNS"); do
   dir="$out/run$run"
   mkdir -p "$dir"
+  if [[ " $STAGES " == *" hosts "* ]]; then
+    hosts chorus-tcp CHORUS_TRANSPORTS=tcp
+    hosts chorus-ucx CHORUS_TRANSPORTS=ucx UCX_TLS=tcp UCX_NET_DEVICES=eth0
+  fi
+  [[ " $STAGES " == *" local "* ]] || continue
   for n in $NRANKS; do
     chorus chorus-shm "$n"
     chorus chorus-tcp "$n" CHORUS_SHM_DISABLE=1

@@ -74,5 +74,17 @@ for tls in tlss:
                 pt = statistics.median(perf[tls][s]) if perf[tls].get(s) else None
                 row += [fmt(pt), fmt(None if pt is None or cu is None or idx == 0 else cu / pt)]
             print(f"| {label(s)} | " + " | ".join(row) + " |")
+if ("hosts-chorus-ucx", 2) in times:
+    rounds = len(times[("hosts-chorus-ucx", 2)][8]) if 8 in times[("hosts-chorus-ucx", 2)] else 0
+    print(f"\n### 2 simulated hosts (scripts/netns-cluster), one rank each, UCX_TLS=tcp (medians of {rounds} "
+          "rounds; time in us, busbw in GB/s)\n")
+    print("| size | chorus-ucx time | chorus-tcp time | ucx busbw | tcp busbw | ucx / tcp (speed) |")
+    print("|---|---|---|---|---|---|")
+    for s in sorted(times[("hosts-chorus-ucx", 2)]):
+        tu, tt = med("hosts-chorus-ucx", 2, s, 0), med("hosts-chorus-tcp", 2, s, 0)
+        bu, bt = med("hosts-chorus-ucx", 2, s, 1), med("hosts-chorus-tcp", 2, s, 1)
+        ratio = None if tu is None or tt is None or tu == 0 else tt / tu
+        print(f"| {label(s)} | {fmt(tu)} | {fmt(tt)} | {fmt(bu, 3)} | {fmt(bt, 3)} | {fmt(ratio)} |")
+    print("\nucx / tcp: Chorus-over-tcp's time / Chorus-over-UCX's (>= 0.9: within 10 %).")
 print("\nucx/ompi: Open MPI's time / Chorus's below 64 KiB, Chorus's busbw / Open MPI's from 64 KiB "
       "(> 1: Chorus faster).")

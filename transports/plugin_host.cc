@@ -14,6 +14,7 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/socket.h"
+#include "lib/base/text.h"
 #include "transports/plugin.h"
 
 // Set by meson: the build tree's root and where it puts plugins, the plugins this source tree has and those
@@ -141,14 +142,11 @@ class PluginTransport final : public Transport {
   void* t_ = nullptr;
 };
 
+// The non-empty entries of a separated list.
 std::vector<std::string> splitList(const std::string& s, char sep) {
   std::vector<std::string> out;
-  size_t start = 0;
-  for (size_t i = 0; i <= s.size(); ++i)
-    if (i == s.size() || s[i] == sep) {
-      if (i > start) out.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
+  for (std::string& part : split(s, sep))
+    if (!part.empty()) out.push_back(std::move(part));
   return out;
 }
 

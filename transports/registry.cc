@@ -1,11 +1,11 @@
 #include "transports/registry.h"
 
 #include <algorithm>
-#include <cctype>
 #include <atomic>
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/base/text.h"
 #include "transports/plugin_host.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
@@ -56,16 +56,6 @@ const Registry& withPlugins() {
 }
 const Registry& theRegistry() { return gPluginsLoaded.load() ? withPlugins() : builtIns(); }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
 std::string knownNames() {
   std::string out;
   for (const Descriptor& d : registered()) out += (out.empty() ? "" : ", ") + d.name;
@@ -98,39 +88,29 @@ std::vector<const Descriptor*> select(const std::string& spec) {
   std::string list = trim(spec);
   const bool exclude = !list.empty() && list[0] == '^';
   if (exclude) list = list.substr(1);
-  bool named = exclude;  // a transport that is not built in, by name or by "all but"
-  {
-    std::string rest = lower(list);
-    size_t start = 0;
-    for (size_t i = 0; i <= rest.size(); ++i)
-      if (i == rest.size() || rest[i] == ',') {
-        std::string n = trim(rest.substr(start, i - start));
-        start = i + 1;
-        if (!n.empty() && std::none_of(builtIns().usable.begin(), builtIns().usable.end(),
-                                       [&](const Descriptor& d) { return d.name == n; }))
-          named = true;
-      }
-  }
+  std::vector<std::string> asked;
+  for (const std::string& part : split(list, ','))
+    if (!part.empty()) asked.push_back(lower(part));
+  // A transport that is not built in, by name or by "all but", loads the plugins.
+  const bool named = exclude || std::any_of(asked.begin(), asked.end(), [](const std::string& n) {
+    return std::none_of(builtIns().usable.begin(), builtIns().usable.end(),
+                        [&](const Descriptor& d) { return d.name == n; });
+  });
   if (named) loadAllPlugins();
   std::vector<std::string> names;
-  size_t start = 0;
-  for (size_t i = 0; i <= list.size(); ++i)
-    if (i == list.size() || list[i] == ',') {
-      std::string n = lower(trim(list.substr(start, i - start)));
-      start = i + 1;
-      if (n.empty()) continue;
-      if (find(n) == nullptr) {
-        for (const Unavailable& u : unavailable()) {
-          if (u.name != n) continue;
-          if (exclude) goto next;  // excluding what is not here anyway is fine
-          fail(chorusInvalidArgument, "CHORUS_TRANSPORTS='{}': transport {} is not available: {}", spec, n, u.why);
-        }
-        fail(chorusInvalidArgument, "CHORUS_TRANSPORTS='{}': unknown transport '{}' (available: {})", spec, n,
-             knownNames());
+  for (const std::string& n : asked) {
+    if (find(n) == nullptr) {
+      const auto u = std::find_if(unavailable().begin(), unavailable().end(),
+                                  [&](const Unavailable& x) { return x.name == n; });
+      if (u != unavailable().end()) {
+        if (exclude) continue;  // excluding what is not here anyway is fine
+        fail(chorusInvalidArgument, "CHORUS_TRANSPORTS='{}': transport {} is not available: {}", spec, n, u->why);
       }
-      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-    next:;
+      fail(chorusInvalidArgument, "CHORUS_TRANSPORTS='{}': unknown transport '{}' (available: {})", spec, n,
+           knownNames());
     }
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
   std::vector<const Descriptor*> out;
   if (!exclude && !names.empty()) {
     for (const std::string& n : names) out.push_back(find(n));

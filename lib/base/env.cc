@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lib/base/error.h"
+#include "lib/base/text.h"
 
 namespace chorus {
 
@@ -105,22 +106,6 @@ bool parseBytes(const std::string& text, uint64_t* out) {
 }
 
 namespace {
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t i = 0; i <= s.size(); ++i)
-    if (i == s.size() || s[i] == sep) {
-      parts.push_back(trim(s.substr(start, i - start)));
-      start = i + 1;
-    }
-  return parts;
-}
 
 // "ring,tree", "^tree" or "auto" -> bits.
 unsigned algoBits(const std::string& text, const std::string& whole) {

@@ -21,7 +21,11 @@ struct WorkerDeleter {
 using Context = std::unique_ptr<std::remove_pointer_t<ucp_context_h>, ContextDeleter>;
 using Worker = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerDeleter>;
 
-// Features TAG | WAKEUP, configured from the UCX_* environment. `who` names this rank in errors.
+// Whether this host has an RDMA device (/sys/class/infiniband lists one): UCX then has more than tcp and sm.
+bool hasRdmaDevice();
+// Features TAG | WAKEUP, configured from the UCX_* environment (plus two defaults of ours where the user set
+// none: UCX_TCP_CONN_NB=y, and UCX_RNDV_THRESH=512K without RDMA; see createContext). `who` names this rank in
+// errors.
 Context createContext(const std::string& who);
 // Thread mode SERIALIZED: one thread at a time, not always the same one.
 Worker createWorker(ucp_context_h context, const std::string& who);
