@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The table of scripts/bench_ab.sh: per transport, ranks and size, the median over the rounds of build A and of
-build B (time in us at 8 B, in-place busbw in GB/s from 1 MiB up) and the ratio B/A (for time, > 1 is slower;
-for busbw, < 1 is slower)."""
+build B (time in us at 8 B, in-place busbw in GB/s from 1 MiB up) with the range over the rounds, the ratio of
+the medians B/A and the median of the rounds' own ratios (A and B ran back to back in each round, so that one
+cancels the machine's drift between rounds). For time, > 1 is slower; for busbw, < 1 is slower."""
 import glob
 import os
 import re
@@ -29,10 +30,11 @@ def main():
         r = row(path)
         if r is None:
             continue
-        side, t, n, size, _ = m.groups()
-        points.setdefault((t, int(n), size), {}).setdefault(side, []).append(r)
-    print("| transport | ranks | size | metric | A (median) | B (median) | B/A | rounds |")
-    print("|---|---|---|---|---|---|---|---|")
+        side, t, n, size, rnd = m.groups()
+        points.setdefault((t, int(n), size), {}).setdefault(side, {})[int(rnd)] = r
+    print("| transport | ranks | size | metric | A median (range) | B median (range) | B/A of medians "
+          "| median of B/A per round | rounds |")
+    print("|---|---|---|---|---|---|---|---|---|")
     order = {"8": 0}
     for (t, n, size) in sorted(points, key=lambda k: (k[0], k[1], order.get(k[2], 1), len(k[2]), k[2])):
         v = points[(t, n, size)]
@@ -40,10 +42,14 @@ def main():
             continue
         small = size == "8"
         idx = 0 if small else 1
-        a = statistics.median(x[idx] for x in v["A"])
-        b = statistics.median(x[idx] for x in v["B"])
+        av = [x[idx] for x in v["A"].values()]
+        bv = [x[idx] for x in v["B"].values()]
+        a, b = statistics.median(av), statistics.median(bv)
+        both = sorted(set(v["A"]) & set(v["B"]))
+        paired = statistics.median(v["B"][r][idx] / v["A"][r][idx] for r in both)
         metric = "time us" if small else "busbw GB/s"
-        print(f"| {t} | {n} | {size} | {metric} | {a:.2f} | {b:.2f} | {b / a:.3f} | {min(len(v['A']), len(v['B']))} |")
+        print(f"| {t} | {n} | {size} | {metric} | {a:.2f} ({min(av):.2f}-{max(av):.2f}) | "
+              f"{b:.2f} ({min(bv):.2f}-{max(bv):.2f}) | {b / a:.3f} | {paired:.3f} | {len(both)} |")
 
 
 if __name__ == "__main__":

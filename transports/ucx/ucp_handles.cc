@@ -138,9 +138,9 @@ void* Endpoint::close(bool force) {
 
 namespace {
 
-// UCX logs through a stack of handlers shared by the whole process, and push/pop are not thread-safe: the
-// mutex serialises our pushes, and the thread-local sink limits the catching to the thread that pushed.
-std::mutex quietMutex;
+// UCX logs through a stack of handlers shared by the whole process, and push/pop are not thread-safe: ours is
+// pushed once and stays; a thread-local sink says whether this thread's lines are being caught.
+std::once_flag handlerPushed;
 thread_local std::string* quietSink = nullptr;
 
 ucs_log_func_rc_t catchLine(const char* file, unsigned line, const char*, ucs_log_level_t level,
@@ -158,6 +158,13 @@ ucs_log_func_rc_t catchLine(const char* file, unsigned line, const char*, ucs_lo
 
 }  // namespace
 
+QuietUcx::QuietUcx(std::string* sink) : saved_(quietSink) {
+  std::call_once(handlerPushed, [] { ucs_log_push_handler(catchLine); });
+  quietSink = sink;
+}
+
+QuietUcx::~QuietUcx() { quietSink = saved_; }
+
 ucs_status_t createEndpoint(ucp_worker_h worker, const std::vector<uint8_t>& address, ucp_err_handling_mode_t mode,
                             ucp_err_handler_cb_t onError, void* arg, Endpoint* out, std::string* ucxSaid) {
   ucp_ep_params_t params{};
@@ -170,12 +177,8 @@ ucs_status_t createEndpoint(ucp_worker_h worker, const std::vector<uint8_t>& add
   ucp_ep_h ep = nullptr;
   ucs_status_t s;
   {
-    std::lock_guard<std::mutex> lock(quietMutex);
-    quietSink = ucxSaid;
-    ucs_log_push_handler(catchLine);
+    QuietUcx quiet(ucxSaid);
     s = ucp_ep_create(worker, &params, &ep);
-    ucs_log_pop_handler();
-    quietSink = nullptr;
   }
   if (s == UCS_OK) *out = Endpoint(ep);
   return s;

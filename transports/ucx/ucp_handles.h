@@ -55,6 +55,18 @@ class Endpoint {
   ucp_ep_h ep_ = nullptr;
 };
 
+// While it lives, UCX's error and warning lines on this thread are appended to *sink instead of printed.
+class QuietUcx {
+ public:
+  explicit QuietUcx(std::string* sink);
+  ~QuietUcx();
+  QuietUcx(const QuietUcx&) = delete;
+  QuietUcx& operator=(const QuietUcx&) = delete;
+
+ private:
+  std::string* saved_;
+};
+
 // ucp_ep_create to a remote worker address. While it runs, UCX's own error and warning lines are caught and
 // appended to *ucxSaid instead of printed: a refused peer error mode is expected and handled by the caller.
 ucs_status_t createEndpoint(ucp_worker_h worker, const std::vector<uint8_t>& address, ucp_err_handling_mode_t mode,
