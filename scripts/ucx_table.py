@@ -3,7 +3,9 @@
 Chorus over UCX, Open MPI over UCX (pml ucx), Chorus's own shm and tcp (time at 8 B, busbw from 64 KiB), the
 ratio Chorus-ucx / Open MPI-ucx, and, for 2 ranks, Chorus-ucx's busbw as a share of ucx_perftest's tag_bw.
 
-usage: ucx_table.py RUN_DIR...   (each holding NAME-N.txt tables and perftest-TLS.txt)"""
+usage: ucx_table.py [--stat median|best] RUN_DIR...   (each holding NAME-N.txt tables and perftest-TLS.txt)
+--stat best: the best round per point (shortest time, highest busbw), robust to a round that a noisy machine
+slowed; median by default. Tables for the rounds' hosts-*.txt files too (bench_ucx.sh's hosts stage)."""
 import collections
 import os
 import re
@@ -12,7 +14,11 @@ import sys
 
 times = collections.defaultdict(lambda: collections.defaultdict(list))  # (name, n) -> size -> [(t, busbw)]
 perf = collections.defaultdict(lambda: collections.defaultdict(list))   # tls -> size -> [GB/s]
-for folder in sys.argv[1:]:
+args = sys.argv[1:]
+stat = "median"
+if args[:1] == ["--stat"]:
+    stat, args = args[1], args[2:]
+for folder in args:
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
         m = re.match(r"perftest-(\w+)\.txt$", name)
@@ -38,8 +44,18 @@ for folder in sys.argv[1:]:
 
 
 def med(name, n, size, idx):
+    """The statistic of the rounds: median, or best (least time for idx 0, most busbw for idx 1)."""
     v = times.get((name, n), {}).get(size)
-    return statistics.median(x[idx] for x in v) if v else None
+    if not v:
+        return None
+    xs = [x[idx] for x in v]
+    if stat == "best":
+        return min(xs) if idx == 0 else max(xs)
+    return statistics.median(xs)
+
+
+def perfStat(xs):
+    return (max(xs) if stat == "best" else statistics.median(xs)) if xs else None
 
 
 def label(size):
@@ -57,7 +73,7 @@ tlss = sorted({k[0][len("chorus-ucx-"):] for k in times if k[0].startswith("chor
 for tls in tlss:
     for n in sorted({k[1] for k in times if k[0] == f"chorus-ucx-{tls}"}):
         sizes = sorted(times[(f"chorus-ucx-{tls}", n)])
-        print(f"\n### UCX_TLS={tls}, {n} ranks (medians of {len(sys.argv) - 1} rounds; below 64 KiB: time in us, "
+        print(f"\n### UCX_TLS={tls}, {n} ranks ({stat} of {len(args)} rounds; below 64 KiB: time in us, "
               f"from 64 KiB: busbw in GB/s)\n")
         cols = ["chorus-ucx", "openmpi-ucx", "ucx/ompi", "chorus-shm", "chorus-tcp"]
         if n == 2:
@@ -71,12 +87,12 @@ for tls in tlss:
             ratio = None if cu is None or om is None or cu == 0 else (om / cu if idx == 0 else cu / om)
             row = [fmt(cu), fmt(om), fmt(ratio), fmt(med("chorus-shm", n, s, idx)), fmt(med("chorus-tcp", n, s, idx))]
             if n == 2:
-                pt = statistics.median(perf[tls][s]) if perf[tls].get(s) else None
+                pt = perfStat(perf[tls].get(s))
                 row += [fmt(pt), fmt(None if pt is None or cu is None or idx == 0 else cu / pt)]
             print(f"| {label(s)} | " + " | ".join(row) + " |")
 if ("hosts-chorus-ucx", 2) in times:
     rounds = len(times[("hosts-chorus-ucx", 2)][8]) if 8 in times[("hosts-chorus-ucx", 2)] else 0
-    print(f"\n### 2 simulated hosts (scripts/netns-cluster), one rank each, UCX_TLS=tcp (medians of {rounds} "
+    print(f"\n### 2 simulated hosts (scripts/netns-cluster), one rank each, UCX_TLS=tcp ({stat} of {rounds} "
           "rounds; time in us, busbw in GB/s)\n")
     print("| size | chorus-ucx time | chorus-tcp time | ucx busbw | tcp busbw | ucx / tcp (speed) |")
     print("|---|---|---|---|---|---|")
