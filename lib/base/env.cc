@@ -22,7 +22,7 @@ constexpr EnvSpec kEnvTable[] = {
      "algorithms allowed: RING, TREE, AUTO (cost model), a comma list, ^ excludes, or per collective as "
      "allreduce:tree;broadcast:ring (NCCL_ALGO's grammar)"},
     {"CHORUS_CHUNK_BYTES", "bytes", "", "pipeline chunk of the ring and chain algorithms (4K..64M); default: the "
-     "smallest that a transport in use asks for (shm 1M, tcp 96K, ucx 1M; measured), at most 256K across hosts"},
+     "smallest that a transport in use asks for (shm 1M, tcp 96K, ucx 1M; measured), at most 96K across hosts"},
     {"CHORUS_SPIN_US", "int", "", "microseconds a waiting rank polls before it sleeps in epoll (0..100000); "
      "default 50, or 0 when this host runs more ranks than it has cores"},
     {"CHORUS_YIELD_US", "int", "200",

@@ -107,10 +107,11 @@ void Comm::chooseChunk(const std::vector<const transport::Descriptor*>& used, bo
   if (config_.chunkBytes != 0) return;
   size_t chunk = 0;
   for (const transport::Descriptor* d : used) chunk = chunk == 0 ? d->traits.chunkBytes : std::min(chunk, d->traits.chunkBytes);
-  // A transport's chunk is what suits it inside a host. Between hosts the ring is latency-bound sooner, and a
-  // 1 MiB chunk starves the pipeline: 2 simulated hosts at 1 Gbit/s, 0.5 ms, over UCX: 0.06-0.09 GB/s busbw at
-  // 1-16 MiB with 1 MiB chunks, 0.11-0.12 with 256 KiB (Chorus's tcp, 96 KiB: 0.11-0.12).
-  constexpr size_t kCrossHostMaxChunk = 256 * 1024;
+  // A transport's chunk is what suits it inside a host. Between hosts the ring is latency-bound sooner and needs
+  // several chunks per segment to pipeline: 2 simulated hosts at 1 Gbit/s, 0.5 ms, over UCX (chunk 1 MiB),
+  // 0.06-0.09 GB/s busbw at 1-16 MiB; with 256 KiB 0.11-0.12 from 1 MiB but 256 KiB took 3.42 ms; with 96 KiB
+  // 3.04 ms, and Chorus's tcp (96 KiB) 2.87.
+  constexpr size_t kCrossHostMaxChunk = 96 * 1024;
   if (crossHost && chunk > kCrossHostMaxChunk) chunk = kCrossHostMaxChunk;
   config_.chunkBytes = chunk != 0 ? chunk : 1024 * 1024;
   CHORUS_INFO(kInit, "pipeline chunk {} bytes", config_.chunkBytes);
