@@ -76,7 +76,6 @@ struct Peer {
   std::string name;
   std::string modeWhy;  // why the endpoint is in mode NONE: the setting, or UCX's refusal of mode PEER
   Endpoint ep;
-  bool peerMode = true;  // UCP_ERR_HANDLING_MODE_PEER; else NONE, and modeWhy says why
   bool watched = false;  // mode NONE: its death is noticed by watching its pid
   bool helloSent = false;  // our Hello has left (connect() gives it a head start)
   bool hello = false, bye = false, processGone = false, reported = false;
@@ -85,6 +84,7 @@ struct Peer {
   Op* first = nullptr;
   Op* last = nullptr;
   bool failed() const { return epStatus != UCS_OK || processGone; }
+  bool peerMode() const { return modeWhy.empty(); }  // UCP_ERR_HANDLING_MODE_PEER; else NONE
 };
 
 inline void partDone(Part* p, ucs_status_t status, size_t length) {

@@ -28,24 +28,24 @@ Context createContext(const std::string& who) {
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &raw);
   if (s != UCS_OK) fail(chorusSystemError, "{}: reading the UCX configuration failed: {}", who, ucs_status_string(s));
   std::unique_ptr<ucp_config_t, void (*)(ucp_config_t*)> config(raw, ucp_config_release);
+  // Our default for a UCX setting, unless the user set its variable.
+  auto defaultTo = [&](const char* variable, const char* key, const char* value) {
+    if (std::getenv(variable) != nullptr) return;
+    ucs_status_t st = ucp_config_modify(config.get(), key, value);
+    if (st != UCS_OK) CHORUS_DEBUG(kNet, "{}: {}={} not applied: {}", who, variable, value, ucs_status_string(st));
+  };
   // Blocking TCP connects between many workers of one process (ranks as threads) were refused by the peer
   // intermittently (8 in-process ranks: 1-5 refusals per run); non-blocking ones never were (12 runs). Set as
   // the tcp transport's own key; UCX_TCP_CONN_NB still wins when set.
   const char* tls = std::getenv("UCX_TLS");
   const bool tcpAllowed = tls == nullptr || *tls == '\0' || *tls == '^' || std::strstr(tls, "tcp") != nullptr ||
                           std::strstr(tls, "all") != nullptr;
-  if (tcpAllowed && std::getenv("UCX_TCP_CONN_NB") == nullptr) {
-    s = ucp_config_modify(config.get(), "CONN_NB", "y");
-    if (s != UCS_OK) CHORUS_DEBUG(kNet, "{}: UCX_TCP_CONN_NB=y not applied: {}", who, ucs_status_string(s));
-  }
+  if (tcpAllowed) defaultTo("UCX_TCP_CONN_NB", "CONN_NB", "y");
   // Without an RDMA device UCX has only tcp and shared memory, where its automatic rendezvous threshold (8-16 KiB)
   // costs half the bandwidth from 64 to 256 KiB (2-rank allreduce busbw, auto against 512K, interleaved: sm
   // 64 KiB 3.1 against 5.2-5.9 GB/s, 256 KiB 2.8-3.6 against 6.1-7.1; tcp 64 KiB 0.8-0.9 against 1.6-1.8); from
   // 1 MiB, within noise. Where RDMA is present UCX's own choice stands. UCX_RNDV_THRESH still wins when set.
-  if (std::getenv("UCX_RNDV_THRESH") == nullptr && !hasRdmaDevice()) {
-    s = ucp_config_modify(config.get(), "RNDV_THRESH", "512K");
-    if (s != UCS_OK) CHORUS_DEBUG(kNet, "{}: UCX_RNDV_THRESH=512K not applied: {}", who, ucs_status_string(s));
-  }
+  if (!hasRdmaDevice()) defaultTo("UCX_RNDV_THRESH", "RNDV_THRESH", "512K");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;

@@ -269,7 +269,6 @@ class UcxTransport final : public Transport {
     }
     if (!p.modeWhy.empty()) {
       s = createEndpoint(worker_.get(), workerAddr, UCP_ERR_HANDLING_MODE_NONE, onEndpointError, &p, &p.ep, &ucxSaid);
-      p.peerMode = false;
       const bool sameHost = !info.hostId.empty() && info.hostId == setup_.peers[setup_.rank].hostId;
       p.watched = s == UCS_OK && sameHost && info.pid > 0 && info.pid != ::getpid();
       if (s == UCS_OK && !sameHost && peerErrorMode_)
@@ -288,7 +287,7 @@ class UcxTransport final : public Transport {
   }
 
   static std::string modeText(const Peer& p) {
-    if (p.peerMode) return "";
+    if (p.peerMode()) return "";
     return fmt::format(" without peer error handling, {} ({})",
                        p.watched ? "watching its pid" : "its failed transfers tell", p.modeWhy);
   }
@@ -663,7 +662,7 @@ class UcxTransport final : public Transport {
     for (auto& op : ops_)
       for (const Part& part : op->parts)
         if (part.req != nullptr && !part.done && (op->role == Role::Recv || op->role == Role::ControlRecv ||
-                                                  op->peer->peerMode))  // mode NONE never purges sends
+                                                  op->peer->peerMode()))  // mode NONE never purges sends
           return true;
     return false;
   }
