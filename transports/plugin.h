@@ -91,7 +91,7 @@ typedef struct {
                chorusPluginRequest_v1* req);
   int (*irecv)(void* transport, int peer, void* buf, size_t len, const chorusPluginTag_v1* tag,
                chorusPluginRequest_v1* req);
-  /* *posted = 0 when it cannot reduce while receiving (nothing posted). */
+  /* *posted = 0 when it cannot reduce while receiving (nothing posted); NULL where it never can. */
   int (*irecvReduce)(void* transport, int peer, void* dst, const void* src, size_t len, int dtype, int op,
                      const chorusPluginTag_v1* tag, chorusPluginRequest_v1* req, int* posted);
   int (*progress)(void* transport, int* moved);

@@ -132,13 +132,15 @@ chorusTransportPlugin_v1_t exportPlugin(const PluginSpec& spec) {
   p.irecv = [](void* t, int peer, void* buf, size_t len, const chorusPluginTag_v1* tag, chorusPluginRequest_v1* req) {
     return guarded(H(t), [&] { H(t)->t->irecv(peer, buf, len, tagOf(tag), reqOf(req)); });
   };
-  p.irecvReduce = [](void* t, int peer, void* dst, const void* src, size_t len, int dtype, int op,
-                     const chorusPluginTag_v1* tag, chorusPluginRequest_v1* req, int* posted) {
-    return guarded(H(t), [&] {
-      *posted = H(t)->t->irecvReduce(peer, dst, src, len, static_cast<chorusDataType_t>(dtype),
-                                     static_cast<chorusRedOp_t>(op), tagOf(tag), reqOf(req)) ? 1 : 0;
-    });
-  };
+  // Left NULL where the transport never reduces while receiving: the host then answers without a crossing.
+  if (spec.traits.reducesOnReceive)
+    p.irecvReduce = [](void* t, int peer, void* dst, const void* src, size_t len, int dtype, int op,
+                       const chorusPluginTag_v1* tag, chorusPluginRequest_v1* req, int* posted) {
+      return guarded(H(t), [&] {
+        *posted = H(t)->t->irecvReduce(peer, dst, src, len, static_cast<chorusDataType_t>(dtype),
+                                       static_cast<chorusRedOp_t>(op), tagOf(tag), reqOf(req)) ? 1 : 0;
+      });
+    };
   p.progress = [](void* t, int* moved) { return guarded(H(t), [&] { *moved = H(t)->t->progress() ? 1 : 0; }); };
   p.waitFd = [](void* t) { return H(t)->t->waitFd(); };
   p.armWake = [](void* t, int* maySleep) { return guarded(H(t), [&] { *maySleep = H(t)->t->armWake() ? 1 : 0; }); };
