@@ -28,7 +28,9 @@
 //  over shared memory UCX refuses it anyway (UCX_TLS=sm: "no peer failure handler", UCS_ERR_UNREACHABLE; with
 //  tcp,sm or the default it quietly takes tcp for same-host pairs too). A peer on this host is then watched by
 //  its pid: every ~100 ms progress() asks kill(pid, 0), counting a zombie as dead; a peer on another host fails
-//  the transfers in flight with it when its connection breaks (the failures suite passes in both modes).
+//  the transfers in flight with it when its connection breaks (the failures suite passes in both modes). That
+//  holds over tcp only because its eager messages are copied (createContext): UCX 1.13 aborts the process when a
+//  connection breaks under a part-sent zero-copy active message, whatever the error mode.
 //  CHORUS_UCX_ERROR_MODE=peer asks for mode PEER (UCX's keepalive too) and falls back as above where refused; the
 //  UCX ERROR line about the refusal is caught and the choice logged at INFO. A peer's failure is an error only while
 //  something is in flight with it (as in shm): it died, or it left cleanly if it said Bye first. Errors found in
