@@ -5,7 +5,7 @@
 # (scripts/ab_table.py).
 #
 # usage: scripts/bench_ab.sh BUILD_A BUILD_B [OUTDIR]     e.g. scripts/bench_ab.sh ../baseline/build build
-# env:   RUNS=5  NRANKS="2 4"  SIZES="8 1M 16M 256M"  TRANSPORTS="shm tcp"
+# env:   RUNS=5  NRANKS="2 4"  SIZES="8 1M 16M 256M"  TRANSPORTS="shm tcp" (also ucxsm, ucxtcp: both builds need UCX)
 set -euo pipefail
 a=$(realpath "$1"); b=$(realpath "$2")
 out=${3:-$(mktemp -d /tmp/bench-ab.XXXX)}
@@ -18,13 +18,19 @@ for run in $(seq 1 "$RUNS"); do
   for n in $NRANKS; do
     for t in $TRANSPORTS; do
       # CHORUS_SHM_DISABLE works in both builds (the build before the transport registry has no CHORUS_TRANSPORTS).
-      env=(); [ "$t" = tcp ] && env=(CHORUS_SHM_DISABLE=1)
+      case $t in
+        shm) env=() ;;
+        tcp) env=(CHORUS_SHM_DISABLE=1) ;;
+        ucxsm) env=(CHORUS_TRANSPORTS=ucx UCX_TLS=sm,self) ;;
+        ucxtcp) env=(CHORUS_TRANSPORTS=ucx UCX_TLS=tcp,self UCX_NET_DEVICES=lo) ;;
+        *) echo "bench_ab: unknown transport $t (shm tcp ucxsm ucxtcp)" >&2; exit 2 ;;
+      esac
       for s in $SIZES; do
         order="A B"; [ $((run % 2)) = 0 ] && order="B A"
         for side in $order; do
           dir=$a; [ "$side" = B ] && dir=$b
           f="$out/$side-$t-$n-$s.run$run.txt"
-          env "${env[@]}" "$dir/scripts/chorusrun" -n "$n" --no-prefix \
+          env "${env[@]}" CHORUS_PLUGIN_PATH="$dir/transports/ucx" "$dir/scripts/chorusrun" -n "$n" --no-prefix \
             "$dir/bench/all_reduce_perf" -z 1 -a 1 -b "$s" -e "$s" -c 0 >"$f" 2>&1 || echo "failed: $f" >&2
         done
       done

@@ -202,8 +202,11 @@ void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
   const auto spin = microseconds(config_.spinUs);
   const auto yield = microseconds(config_.yieldUs);
   const auto timeout = duration_cast<Clock::duration>(duration<double>(config_.timeoutSec));
-  unsigned idle = 0;     // progress() calls without movement
-  bool spinning = true;  // reading the clock costs more than a look at the transports: only every 16th time
+  // Reading the clock costs more than a look at the transports: only every 16th time while spinning. With no
+  // spin (more ranks than cores) the first idle look already yields: the peer we wait for may need our core.
+  const unsigned looks = spin.count() > 0 ? 16 : 1;
+  unsigned idle = 0;  // progress() calls without movement
+  bool spinning = true;
   while (!done()) {
     if (aborted_.load(std::memory_order_relaxed))
       fail(chorusInvalidUsage, "{}: {} was interrupted by chorusCommAbort", name(), describe(tag));
@@ -212,11 +215,11 @@ void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
       spinning = true;
       continue;
     }
-    if (spinning && ++idle % 16 != 0) continue;
+    if (spinning && ++idle % looks != 0) continue;
     auto now = Clock::now();
-    if (idle == 16) {  // first look at the clock since something moved; 17 keeps later looks from resetting it
-      lastMove = now;  // (with CHORUS_SPIN_US=0 idle stops at 16: the wait never slept nor timed out)
-      idle = 17;
+    if (idle == looks) {  // first look at the clock since something moved; looks + 1 keeps later ones from
+      lastMove = now;     // resetting it (with CHORUS_SPIN_US=0 idle stops there: the wait never slept)
+      idle = looks + 1;
     }
     if (now - lastMove < spin) continue;
     spinning = false;
