@@ -217,8 +217,8 @@ void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
     }
     if (spinning && ++idle % looks != 0) continue;
     auto now = Clock::now();
-    if (idle == looks) {  // first look at the clock since something moved; looks + 1 keeps later ones from
-      lastMove = now;     // resetting it (with CHORUS_SPIN_US=0 idle stops there: the wait never slept)
+    if (idle == looks) {  // first look at the clock since something moved; looks + 1 keeps later looks from
+      lastMove = now;     // resetting it (once spinning ends, idle stops counting)
       idle = looks + 1;
     }
     if (now - lastMove < spin) continue;
