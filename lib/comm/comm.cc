@@ -103,15 +103,15 @@ void Comm::logEnvironment() {
 
 // The ring's and chains' pipeline chunk: the smallest that a transport serving any pair of the communicator
 // asks for (LinkTraits::chunkBytes), so every rank picks the same and messages of a chunk match in length.
-void Comm::chooseChunk(const std::vector<const transport::Descriptor*>& used, bool crossHost) {
+void Comm::chooseChunk(const std::vector<const transport::Descriptor*>& used) {
   if (config_.chunkBytes != 0) return;
   size_t chunk = 0;
   for (const transport::Descriptor* d : used) chunk = chunk == 0 ? d->traits.chunkBytes : std::min(chunk, d->traits.chunkBytes);
   // A transport's chunk is what suits it inside a host. Between hosts the ring is latency-bound sooner and needs
-  // several chunks per segment to pipeline: 2 simulated hosts at 1 Gbit/s, 0.5 ms, over UCX (chunk 1 MiB),
-  // 0.06-0.09 GB/s busbw at 1-16 MiB; with 256 KiB 0.11-0.12 from 1 MiB but 256 KiB took 3.42 ms; with 96 KiB
-  // 3.04 ms, and Chorus's tcp (96 KiB) 2.87.
+  // several chunks per segment to pipeline: tcp's 96 KiB serves UCX there too (docs/ucx-results.md, "Chunk across
+  // hosts"). hostOf_ numbers hosts by their first rank, so any index above 0 means a second host.
   constexpr size_t kCrossHostMaxChunk = 96 * 1024;
+  const bool crossHost = *std::max_element(hostOf_.begin(), hostOf_.end()) > 0;
   if (crossHost && chunk > kCrossHostMaxChunk) chunk = kCrossHostMaxChunk;
   config_.chunkBytes = chunk != 0 ? chunk : 1024 * 1024;
   CHORUS_INFO(kInit, "pipeline chunk {} bytes", config_.chunkBytes);
@@ -130,7 +130,6 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
     return s.empty() ? std::string("none") : s;
   };
   std::vector<const transport::Descriptor*> used;  // every transport some pair of the communicator uses
-  bool crossHost = false;
   reduceOnReceive_ = true;
   localCost_.reset();
   for (int a = 0; a < nranks(); ++a)
@@ -142,7 +141,6 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
              nameList(offered[static_cast<size_t>(b)]));
       if (std::none_of(used.begin(), used.end(), [&](const auto* x) { return x->name == d->name; })) used.push_back(d);
       reduceOnReceive_ = reduceOnReceive_ && d->traits.reducesOnReceive;
-      crossHost = crossHost || hostOf_[static_cast<size_t>(a)] != hostOf_[static_cast<size_t>(b)];
       if (hostOf_[static_cast<size_t>(a)] == hostOf_[static_cast<size_t>(b)] &&
           (!localCost_ || d->traits.alphaUs > localCost_->alphaUs))
         localCost_ = d->traits;  // the slowest link inside a host
@@ -157,7 +155,7 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
       if (std::find(inUse_.begin(), inUse_.end(), route_[p]) == inUse_.end()) inUse_.push_back(route_[p]);
       CHORUS_INFO(kInit, "{} -> {}: transport {}", name(), peer(p).name(), route_[p]->name());
     }
-  chooseChunk(used, crossHost);
+  chooseChunk(used);
   auto addressOf = [&](int p) -> const std::vector<uint8_t>& {
     for (const TransportAddress& a : ranks[static_cast<size_t>(p)].addresses)
       if (a.transport == route_[p]->name()) return a.bytes;

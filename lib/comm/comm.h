@@ -97,7 +97,7 @@ class Comm : public algo::Context {
   // Sends the recorded failure to every peer, once; only from the executing thread or once it is idle.
   void tellPeers();
   void chooseSpin();
-  void chooseChunk(const std::vector<const transport::Descriptor*>& used, bool crossHost);
+  void chooseChunk(const std::vector<const transport::Descriptor*>& used);
 
   Config config_;
   transport::Setup setup_;
