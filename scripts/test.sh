@@ -41,9 +41,8 @@ build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -
 # errors-ucx and transports (UCX in-process, after aborted transfers) run under ASan+UBSan without LeakSanitizer:
 # at exit LSan's own tracer crashes now and then (SIGSEGV in StopTheWorld: errors-ucx ~1 run in 12, transports once
 # in CI after all its cases passed) while UCX's threads wind down; no leak was ever reported.
-noleak_suites=()
-[ -n "$(ucx_suites build-asan errors)" ] && noleak_suites=(transports errors-ucx)
-leak_transports=(transports); [ ${#noleak_suites[@]} -gt 0 ] && leak_transports=()
+leak_transports=(transports) noleak_suites=()
+if [ -n "$(ucx_suites build-asan errors)" ]; then leak_transports=() noleak_suites=(transports errors-ucx); fi
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-asan --print-errorlogs --num-processes 1 reduce smoke errors shm tree_shape selection tree ddp ddp_train mlp \
   "${leak_transports[@]}" $(ucx_suites build-asan smoke ddp failures) || status=1

@@ -48,11 +48,10 @@ Context createContext(const std::string& who) {
   const bool rdma = hasRdmaDevice();
   if (!rdma) defaultTo("UCX_RNDV_THRESH", "RNDV_THRESH", "512K");
   // UCX 1.13's tcp completes a zero-copy active message twice when the connection breaks while the message is
-  // part-sent (uct_tcp_ep_sendv: once in the purge, once after it) and aborts on its own assertion: a rank whose
-  // peer failed died in 14 of 40 mismatch tests across simulated hosts. So tcp's eager messages are copied, in
-  // 256 KiB segments instead of 8 KiB, which is no slower (2- and 4-rank allreduce over tcp, 5 interleaved rounds:
-  // 0.99-1.51 of zero-copy from 32 KiB, 0.89-1.15 below). Without RDMA nothing else UCX runs here has zero-copy
-  // active messages; with it, UCX's own choice stands and the UCX bug with it. A user's variables still win.
+  // part-sent (uct_tcp_ep_sendv: once in the purge, once after it) and aborts on its own assertion, so a peer's
+  // failure could kill this rank. tcp's eager messages are therefore copied, in 256 KiB segments instead of 8 KiB,
+  // which is no slower (docs/ucx-results.md). Without RDMA nothing else UCX runs here has zero-copy active
+  // messages; with it, UCX's own choice stands and the UCX bug with it. A user's variables still win.
   if (!rdma && tcpAllowed) {
     defaultTo("UCX_ZCOPY_THRESH", "ZCOPY_THRESH", "inf");
     defaultTo("UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "256K");
