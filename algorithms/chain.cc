@@ -16,7 +16,7 @@ namespace {
 constexpr int kSlots = 4;
 
 size_t chunkCount(const Context& ctx, size_t bytes, size_t es) {
-  size_t chunkElems = std::max<size_t>(1, ctx.chunkBytes() / es);
+  size_t chunkElems = std::max<size_t>(1, ctx.chunkBytes(bytes) / es);
   size_t elems = bytes / es;
   return std::max<size_t>(1, (elems + chunkElems - 1) / chunkElems);
 }

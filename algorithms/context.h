@@ -19,8 +19,8 @@ class Context {
   virtual int nranks() const = 0;
   // Host index of every rank (equal host identity, numbered by first rank), for topology-aware algorithms.
   virtual const std::vector<int>& hostOf() const = 0;
-  // The ring's and chains' pipeline chunk in bytes.
-  virtual size_t chunkBytes() const = 0;
+  // The pipeline chunk in bytes for a collective whose buffer is `bytes` (the same on every rank).
+  virtual size_t chunkBytes(size_t bytes) const = 0;
 
   // Posts a message to / from peer; never blocks. buf and *req stay valid until req->done.
   virtual void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) = 0;

@@ -56,7 +56,7 @@ double CostModel::allReduceUs(AllReduceAlgo a, size_t bytes) const {
       // reduction of one chunk overlaps the transfer of the next. (The plain sum 2(n-1) alpha + bytes / beta
       // came out 19-25% above the measured time at 512 KiB-1 MiB on 4 and 8 simulated hosts.)
       const double steps = 2 * (n - 1), seg = S / n;
-      const double C = std::max(1.0, std::ceil(seg / static_cast<double>(chunkBytes))), t = seg / C / bw;
+      const double C = std::max(1.0, std::ceil(seg / static_cast<double>(chunkAt(chunks, bytes)))), t = seg / C / bw;
       return std::max(steps * (link.alphaUs + t) + (C - 1) * t,
                       link.alphaUs + std::max(steps * C * t, (n - 1) / n * S / red));
     }
@@ -64,7 +64,7 @@ double CostModel::allReduceUs(AllReduceAlgo a, size_t bytes) const {
       // A pipeline of k chunks per tree: the first chunk's path (up and down, `steps` hops of alpha + t), then
       // one period of the busiest link (treeLoad chunks) per further chunk:
       //     latency + steps t + (k - 1) treeLoad t = latency + treeLoad (S/2) / beta + (steps - treeLoad) t.
-      const double chunk = std::min(S / 2, static_cast<double>(treeChunkBytes(bytes, chunkBytes)));
+      const double chunk = std::min(S / 2, static_cast<double>(treeChunkBytes(bytes, chunkAt(chunks, bytes))));
       const double latency = 2 * (hostTreeDepth * net.alphaUs + (maxPerHost - 1) * local.alphaUs);
       const int steps = 2 * (hostTreeDepth + maxPerHost - 1);
       return latency + std::max((treeLoad * S / 2 + (steps - treeLoad) * chunk) / bw, S / red);
@@ -98,7 +98,11 @@ AllReduceAlgo measuredOneHostChoice(const CostModel& m, size_t bytes) {
   if (bytes <= 4096 && m.directAllowed) return AllReduceAlgo::Direct;
   // Two ranks over shm: one exchange of the whole buffer beats the ring's two phases up to 512 KiB (64 KiB slots;
   // 2 ranks, 512 KiB, busbw GB/s in three interleaved runs: 14.6/13.4/14.6 against 12.5/12.1/12.6).
-  const size_t rdMax = m.nranks == 2 && m.reduceOnReceive ? 512 * 1024 : 256 * 1024;
+  // With 4+ ranks over links that stage every receive (tcp, UCX), halving-doubling from 256 KiB already: it moves
+  // less than recursive doubling's log2(n) whole buffers (docs/ucx-results.md, "Halving-doubling").
+  const size_t rdMax = m.nranks == 2 && m.reduceOnReceive   ? 512 * 1024
+                       : m.nranks >= 4 && !m.reduceOnReceive ? 128 * 1024
+                                                             : 256 * 1024;
   if (bytes <= rdMax) return AllReduceAlgo::RecursiveDoubling;
   if (m.nranks >= 4 && bytes <= 2 * 1024 * 1024) return AllReduceAlgo::HalvingDoubling;
   return AllReduceAlgo::Ring;

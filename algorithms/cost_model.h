@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/base/ops.h"
+
 namespace chorus::algo {
 
 enum class AllReduceAlgo { Direct, RecursiveDoubling, HalvingDoubling, Ring, Tree };
@@ -49,7 +51,7 @@ struct CostModel {
   LinkCost local;         // between ranks of one host
   LinkCost net;           // between hosts (meaningful when hosts > 1)
   double reduceGBps = 30;  // reduction kernel (cache-resident), bytes of output per ns
-  size_t chunkBytes = 96 * 1024;
+  ChunkSteps chunks = {{0, 96 * 1024}};  // the pipeline chunk by buffer size (Context::chunkBytes)
 
   // Predicted microseconds for an allreduce of `bytes`; infinity when the algorithm cannot run here.
   double allReduceUs(AllReduceAlgo a, size_t bytes) const;

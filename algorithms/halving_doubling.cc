@@ -66,7 +66,7 @@ void halvingDoublingAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a)
 
   // Each exchange travels in pieces of the pipeline chunk: over TCP, messages of 128K and up are much slower
   // (lib/comm/comm.cc), and a received piece is reduced while the next one arrives.
-  const size_t piece = std::max<size_t>(es, ctx.chunkBytes() / es * es);
+  const size_t piece = std::max<size_t>(es, ctx.chunkBytes(bytes) / es * es);
   int lo = 0, hi = p;  // blocks this rank is still responsible for
   for (int mask = p / 2; mask >= 1; mask /= 2) {
     const int peer = fold.realRank(active ^ mask), mid = (lo + hi) / 2;

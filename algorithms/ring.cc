@@ -52,9 +52,9 @@ void runRing(Context& ctx, const OpTag& tag, const RingJob& job) {
   const int n = ctx.nranks(), r = ctx.rank();
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const size_t es = job.elemSize;
-  size_t maxSeg = 0;
-  for (int s = 0; s < n; ++s) maxSeg = std::max(maxSeg, job.segLen(s));
-  const size_t chunkElems = std::max<size_t>(1, ctx.chunkBytes() / es);
+  size_t maxSeg = 0, total = 0;
+  for (int s = 0; s < n; ++s) maxSeg = std::max(maxSeg, job.segLen(s)), total += job.segLen(s);
+  const size_t chunkElems = std::max<size_t>(1, ctx.chunkBytes(total * es) / es);
   const size_t C = std::max<size_t>(1, (maxSeg + chunkElems - 1) / chunkElems);
   const size_t slotBytes = ((maxSeg + C - 1) / C) * es;
   const size_t K = static_cast<size_t>(job.steps) * C;

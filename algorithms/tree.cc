@@ -99,7 +99,7 @@ void treeAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
   TreeLinks links[2] = {hostTree(ctx.hostOf(), r, 0), hostTree(ctx.hostOf(), r, 1)};
   const size_t lo[2] = {0, (a.count + 1) / 2};
   const size_t len[2] = {(a.count + 1) / 2, a.count / 2};
-  const size_t chunkElems = std::max<size_t>(1, treeChunkBytes(a.count * es, ctx.chunkBytes()) / es);
+  const size_t chunkElems = std::max<size_t>(1, treeChunkBytes(a.count * es, ctx.chunkBytes(a.count * es)) / es);
   size_t C[2];
   for (int t = 0; t < 2; ++t) C[t] = (len[t] + chunkElems - 1) / chunkElems;
   const size_t maxC = std::max(C[0], C[1]);

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     m.net = {alpha, gbps};
     if (const chorus::transport::Descriptor* shm = chorus::transport::find("shm"))
       m.local = {shm->traits.alphaUs, shm->traits.gbps};
-    m.chunkBytes = chunk;
+    m.chunks = {{0, chunk}};
     std::printf("%6d %5d", n, m.hostTreeDepth);
     for (size_t s : sizes)
       std::printf(" %11.0f / %9.0f", m.allReduceUs(AllReduceAlgo::Ring, s), m.allReduceUs(AllReduceAlgo::Tree, s));

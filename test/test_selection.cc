@@ -1,5 +1,6 @@
-// Algorithm selection: CHORUS_ALGO's grammar (lib/base/env.h parseAlgo) and the cost model's predictions and
-// choices (algorithms/cost_model.h), both pure functions.
+// Algorithm selection: CHORUS_ALGO's grammar (lib/base/env.h parseAlgo), the cost model's predictions and
+// choices (algorithms/cost_model.h) and the pipeline chunk by size (lib/comm/tuning.h chooseChunks), all pure
+// functions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "algorithms/cost_model.h"
 #include "lib/base/env.h"
 #include "lib/base/error.h"
+#include "lib/comm/tuning.h"
 
 using namespace chorus;
 using algo::AllReduceAlgo;
@@ -90,13 +92,22 @@ TEST(CostModel, OneHostKeepsTheMeasuredSizes) {
   CostModel shm4;
   shm4.nranks = 4;
   shm4.maxPerHost = 4;
-  shm4.directAllowed = true;
+  shm4.reduceOnReceive = shm4.directAllowed = true;
   shm4.local = kShmOversubscribed;
   for (size_t b = 8; b <= (size_t{1} << 28); b *= 4) EXPECT_NE(shm4.chooseAllReduce(kAlgoAll, b), AllReduceAlgo::Tree);
   EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 8), AllReduceAlgo::Direct);
   EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 8192), AllReduceAlgo::RecursiveDoubling);
   EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 1 << 20), AllReduceAlgo::HalvingDoubling);
+  EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 256 << 10), AllReduceAlgo::RecursiveDoubling);
   EXPECT_EQ(shm4.chooseAllReduce(kAlgoAll, 256 << 20), AllReduceAlgo::Ring);
+  // Links that stage every receive (tcp, UCX): halving-doubling from 256 KiB with 4 ranks.
+  CostModel tcp4 = shm4;
+  tcp4.reduceOnReceive = tcp4.directAllowed = false;
+  tcp4.local = kTcp;
+  EXPECT_EQ(tcp4.chooseAllReduce(kAlgoAll, 128 << 10), AllReduceAlgo::RecursiveDoubling);
+  EXPECT_EQ(tcp4.chooseAllReduce(kAlgoAll, 256 << 10), AllReduceAlgo::HalvingDoubling);
+  EXPECT_EQ(tcp4.chooseAllReduce(kAlgoAll, 2 << 20), AllReduceAlgo::HalvingDoubling);
+  EXPECT_EQ(tcp4.chooseAllReduce(kAlgoAll, 4 << 20), AllReduceAlgo::Ring);
 }
 
 TEST(CostModel, SlowLinksPreferTheTreeForSmallAndTheRingForLargeMessages) {
@@ -149,4 +160,43 @@ TEST(CostModel, CrossoversListEveryChange) {
   EXPECT_EQ(m.chooseAllReduce(kAlgoRing | kAlgoTree, xs[1].fromBytes), AllReduceAlgo::Ring);
   EXPECT_EQ(m.chooseAllReduce(kAlgoRing | kAlgoTree, xs[1].fromBytes / 2), AllReduceAlgo::Tree);
   EXPECT_EQ(m.crossovers(kAlgoRing).size(), 1u);
+}
+
+// ---- the pipeline chunk by size ----
+
+TEST(Chunks, ChunkAtTakesTheLastStepReached) {
+  const ChunkSteps steps = {{0, 1 << 20}, {8 << 20, 128 << 10}, {64 << 20, 64 << 10}};
+  EXPECT_EQ(chunkAt(steps, 0), size_t{1} << 20);
+  EXPECT_EQ(chunkAt(steps, (8 << 20) - 1), size_t{1} << 20);
+  EXPECT_EQ(chunkAt(steps, 8 << 20), size_t{128} << 10);
+  EXPECT_EQ(chunkAt(steps, size_t{1} << 40), size_t{64} << 10);
+}
+
+TEST(Chunks, StepsAreByBytesOnTheHostAndTheSmallestWins) {
+  transport::LinkTraits shm, tcp, ucxSm, ucxTcp;
+  shm.chunks = {{0, 1 << 20}};
+  tcp.chunks = {{0, 96 << 10}};
+  ucxSm.chunks = {{0, 1 << 20}, {16 << 20, 128 << 10}};
+  ucxTcp.chunks = {{0, 1 << 20}};
+  auto choose = [](std::vector<const transport::LinkTraits*> used, int perHost, bool crossHost) {
+    return chooseChunks(used, perHost, crossHost);
+  };
+  auto same = [](const ChunkSteps& a, const ChunkSteps& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const ChunkStep& x, const ChunkStep& y) {
+             return x.fromBytes == y.fromBytes && x.chunkBytes == y.chunkBytes;
+           });
+  };
+  EXPECT_TRUE(same(choose({&shm}, 2, false), {{0, 1 << 20}}));
+  EXPECT_TRUE(same(choose({&shm, &tcp}, 2, false), {{0, 96 << 10}}));
+  // 16 MiB on the host: buffers of 8 MiB with 2 ranks there, 4 MiB with 4, ceil(16 MiB / 3) with 3.
+  EXPECT_TRUE(same(choose({&ucxSm}, 2, false), {{0, 1 << 20}, {8 << 20, 128 << 10}}));
+  EXPECT_TRUE(same(choose({&ucxSm}, 4, false), {{0, 1 << 20}, {4 << 20, 128 << 10}}));
+  EXPECT_TRUE(same(choose({&ucxSm}, 3, false), {{0, 1 << 20}, {((16 << 20) + 2) / 3, 128 << 10}}));
+  EXPECT_TRUE(same(choose({&shm, &ucxSm}, 2, false), {{0, 1 << 20}, {8 << 20, 128 << 10}}));
+  EXPECT_TRUE(same(choose({&ucxTcp}, 2, false), {{0, 1 << 20}}));
+  // Across hosts at most 96 KiB, where the steps then collapse into one.
+  EXPECT_TRUE(same(choose({&shm, &ucxSm}, 2, true), {{0, kCrossHostMaxChunk}}));
+  EXPECT_TRUE(same(choose({&tcp}, 1, true), {{0, 96 << 10}}));
+  // A single rank uses no transport.
+  EXPECT_TRUE(same(choose({}, 1, false), {{0, 1 << 20}}));
 }

@@ -168,22 +168,26 @@ TEST(Plugins, LibchorusNeedsNoUcx) {
   EXPECT_NE(r.output.find("libucp"), std::string::npos) << plugin << " should be the one that needs UCX:\n" << r.output;
 }
 
-// A text file, a shared object that exports nothing of ours, and a plugin of another version: each is refused
-// with the reason, and a communicator forms without them.
+// A text file, a shared object that exports nothing of ours, plugins of other versions and one whose chunk steps
+// are invalid: each is refused with the reason, and a communicator forms without them.
 TEST(Plugins, ForeignAndStaleFilesAreRefused) {
   Watchdog wd(120);
   TempDir dir;
   { std::ofstream(dir.path + "/libchorus-junk.so") << "not an ELF file\n"; }
   ASSERT_EQ(runShell("cp " + buildDir() + "/test/fixtures/libchorus-noplugin.so " + buildDir() +
-                     "/test/fixtures/libchorus-future.so " + dir.path + "/").status, 0);
+                     "/test/fixtures/libchorus-future.so " + buildDir() + "/test/fixtures/libchorus-stale.so " + buildDir() + "/test/fixtures/libchorus-badchunks.so " + dir.path + "/").status, 0);
   const std::string env = "CHORUS_PLUGIN_PATH=" + dir.path + " ";
   RunResult r = runShell(env + buildDir() + "/scripts/chorus_info");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("libchorus-junk.so could not be loaded"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("libchorus-noplugin.so is not a Chorus transport plugin (it exports no "
-                          "chorusTransportPlugin_v1)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("libchorus-future.so is a plugin of version 2; this libchorus speaks version 1"),
+                          "chorusTransportPlugin_v2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("libchorus-future.so is a plugin of version 3; this libchorus speaks version 2"),
             std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("libchorus-stale.so is a plugin of version 1; this libchorus speaks version 2"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("libchorus-badchunks.so (badchunks) is refused: its pipeline chunk steps are invalid: "
+                          "step 1 has a chunk of 100 bytes (4 KiB..64 MiB allowed)"), std::string::npos) << r.output;
   const std::string cmd = env + "CHORUS_CHUNK_BYTES=4K " + buildDir() + "/scripts/chorusrun -n 2 -- " + buildDir() +
                           "/test/allreduce_check";
   r = runShell(cmd);
@@ -231,6 +235,31 @@ TEST(Plugins, MixedShmInsideHostsUcxAcross) {
   };
   EXPECT_EQ(count(": transport shm"), 4u) << r.output;  // 0<->1 and 2<->3, from both ends
   EXPECT_EQ(count(": transport ucx"), 8u) << r.output;  // the 4 pairs across, from both ends
+}
+
+// Over UCX's shared memory the chunk steps down from 16 MiB touched on the host (transports/ucx/plugin.cc); both
+// ranks log the same steps, and allreduces on both sides of the step are correct. Over UCX's tcp it stays 1 MiB.
+TEST(Plugins, UcxChunkDependsOnSizeAndTransport) {
+  if (!haveUcx()) GTEST_SKIP() << "the UCX plugin was not built";
+  Watchdog wd(300);
+  const std::string run = " CHORUS_TRANSPORTS=ucx UCX_NET_DEVICES=lo CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT " +
+                          buildDir() + "/scripts/chorusrun -n 2 " + buildDir() +
+                          "/bench/all_reduce_perf -c 1 -n 2 -w 1 -b 4M -e 16M -f 2";
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  RunResult r = runShell("env UCX_TLS=sm" + run);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count(r.output, "pipeline chunk 1048576 bytes, 131072 from buffers of 8388608 bytes"), 2u) << r.output;
+  EXPECT_NE(r.output.find("Out of bounds values : 0 OK"), std::string::npos) << r.output;  // all checked
+  for (const char* size : {"4194304", "8388608", "16777216"})
+    EXPECT_NE(r.output.find(size), std::string::npos) << r.output;
+  r = runShell("env UCX_TLS=tcp" + run);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count(r.output, "from buffers of"), 0u) << r.output;
+  EXPECT_EQ(count(r.output, "pipeline chunk 1048576 bytes"), 2u) << r.output;
 }
 
 // ---- transports driven directly, as the communicator drives them ----

@@ -3,10 +3,11 @@
  * types or containers cross the boundary; a plugin written in C++ implements transports/transport.h and
  * exports it with transports/plugin_export.h.
  *
- * Note [Plugin versions]: the plugin exports one data symbol, chorusTransportPlugin_vN (of type chorusTransportPlugin_vN_t), a table of function
- * pointers whose `version` field repeats N. libchorus.so looks for the symbol of the version it speaks; a
- * plugin that exports another version (or a table whose version field differs) is refused with both versions
- * named, and the communicator forms without it. Any change to this file bumps N.
+ * Note [Plugin versions]: the plugin exports one data symbol, chorusTransportPlugin_vN (of type
+ * chorusTransportPlugin_vN_t), a table of function pointers whose `version` field repeats N. libchorus.so looks
+ * for the symbol of the version it speaks; a plugin that exports another version (or a table whose version field
+ * differs) is refused with both versions named, and the communicator forms without it. Any change to this file
+ * bumps N. Version 2: the pipeline chunk became steps by size (traits.chunks), where version 1 had one chunk.
  *
  * Contract of every function: returns a chorusResult_t (0 on success); on failure the text of
  * lastError(transport) says why, naming the peer. Functions that the transport interface says never block
@@ -23,84 +24,93 @@
 extern "C" {
 #endif
 
-#define CHORUS_TRANSPORT_PLUGIN_VERSION 1
-#define CHORUS_TRANSPORT_PLUGIN_SYMBOL "chorusTransportPlugin_v1"
+#define CHORUS_TRANSPORT_PLUGIN_VERSION 2
+#define CHORUS_TRANSPORT_PLUGIN_SYMBOL "chorusTransportPlugin_v2"
+#define CHORUS_PLUGIN_MAX_CHUNK_STEPS 4
 
 typedef struct {
   const char* name;
   const char* type; /* "int", "bytes", "string", "enum" */
   const char* defaultValue;
   const char* description;
-} chorusPluginEnv_v1;
+} chorusPluginEnv_v2;
+
+typedef struct {
+  size_t fromBytes, chunkBytes;
+} chorusPluginChunkStep_v2;
 
 typedef struct {
   double alphaUs, gbps;                           /* between ranks of one host, a core each */
   double alphaUsOversubscribed, gbpsOversubscribed; /* more ranks than cores */
   int reducesOnReceive;                           /* irecvReduce can post */
-  size_t chunkBytes;                              /* the pipeline chunk it runs best with */
-} chorusPluginTraits_v1;
+  /* The pipeline chunk it runs best with, by the bytes a collective touches on one host (its buffer times the
+   * ranks there): nchunks (1..CHORUS_PLUGIN_MAX_CHUNK_STEPS) steps of ascending fromBytes, the first from 0, each
+   * chunk 4 KiB..64 MiB; a size takes the chunk of the last step it reaches. */
+  uint32_t nchunks;
+  chorusPluginChunkStep_v2 chunks[CHORUS_PLUGIN_MAX_CHUNK_STEPS];
+} chorusPluginTraits_v2;
 
 typedef struct {
   int rank, pid;
   const char* host;   /* hostname, for messages */
   const char* hostId; /* equal ids: the same host */
-} chorusPluginPeer_v1;
+} chorusPluginPeer_v2;
 
 typedef struct {
   int rank, nranks;
   uint64_t secret, commId;
   const char* socketIfname;
-  const chorusPluginPeer_v1* peers; /* nranks entries; filled before the first connect/accept, NULL before */
-} chorusPluginSetup_v1;
+  const chorusPluginPeer_v2* peers; /* nranks entries; filled before the first connect/accept, NULL before */
+} chorusPluginSetup_v2;
 
 typedef struct {
   uint64_t seq, count;
   int32_t root;
   uint8_t kind, dtype, redop, pad;
-} chorusPluginTag_v1;
+} chorusPluginTag_v2;
 
 /* The caller's completion flag: the transport sets done to 1; priv is the transport's. */
 typedef struct {
   unsigned char done;
   int priv;
-} chorusPluginRequest_v1;
+} chorusPluginRequest_v2;
 
 typedef struct {
   uint32_t version; /* CHORUS_TRANSPORT_PLUGIN_VERSION */
   const char* name; /* lower case, as CHORUS_TRANSPORTS names it */
   int preference;   /* default order among transports: lower first (shm 10, tcp 30) */
-  const chorusPluginEnv_v1* env;
+  const chorusPluginEnv_v2* env;
   size_t nenv;
-  chorusPluginTraits_v1 traits;
+  chorusPluginTraits_v2 traits;
   /* NULL or "" when usable in this process, else why not (static text). */
   const char* (*unavailable)(void);
   /* 1 when the transport's own settings say not to use it by default. */
   int (*disabledByEnv)(void);
   /* 1 when it can carry traffic between the two ranks. */
-  int (*canConnect)(const chorusPluginPeer_v1* a, const chorusPluginPeer_v1* b);
+  int (*canConnect)(const chorusPluginPeer_v2* a, const chorusPluginPeer_v2* b);
   /* setup stays valid (and its peers are filled in) for the transport's life. On failure *transport is NULL and
    * err (errLen bytes) holds why. */
-  int (*create)(const chorusPluginSetup_v1* setup, void** transport, char* err, size_t errLen);
+  int (*create)(const chorusPluginSetup_v2* setup, void** transport, char* err, size_t errLen);
   void (*destroy)(void* transport);
   const char* (*lastError)(void* transport);
   /* The address bytes stay valid until destroy. */
   int (*address)(void* transport, const uint8_t** bytes, size_t* len);
   int (*connect)(void* transport, int peer, const uint8_t* address, size_t len, int64_t deadlineNs);
   int (*accept)(void* transport, int peer, const uint8_t* address, size_t len, int64_t deadlineNs);
-  int (*isend)(void* transport, int peer, const void* buf, size_t len, const chorusPluginTag_v1* tag,
-               chorusPluginRequest_v1* req);
-  int (*irecv)(void* transport, int peer, void* buf, size_t len, const chorusPluginTag_v1* tag,
-               chorusPluginRequest_v1* req);
+  int (*isend)(void* transport, int peer, const void* buf, size_t len, const chorusPluginTag_v2* tag,
+               chorusPluginRequest_v2* req);
+  int (*irecv)(void* transport, int peer, void* buf, size_t len, const chorusPluginTag_v2* tag,
+               chorusPluginRequest_v2* req);
   /* *posted = 0 when it cannot reduce while receiving (nothing posted); NULL where it never can. */
   int (*irecvReduce)(void* transport, int peer, void* dst, const void* src, size_t len, int dtype, int op,
-                     const chorusPluginTag_v1* tag, chorusPluginRequest_v1* req, int* posted);
+                     const chorusPluginTag_v2* tag, chorusPluginRequest_v2* req, int* posted);
   int (*progress)(void* transport, int* moved);
   int (*waitFd)(void* transport);
   /* *maySleep = 0 when progress may have work already. */
   int (*armWake)(void* transport, int* maySleep);
   void (*sendAbort)(void* transport, int code, const char* text, int64_t deadlineNs);
   void (*close)(void* transport, int64_t deadlineNs);
-} chorusTransportPlugin_v1_t;
+} chorusTransportPlugin_v2_t;
 
 #ifdef __cplusplus
 }

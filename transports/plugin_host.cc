@@ -13,6 +13,7 @@
 #include "lib/base/env.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/base/ops.h"
 #include "lib/base/socket.h"
 #include "lib/base/text.h"
 #include "transports/plugin.h"
@@ -36,26 +37,26 @@ namespace chorus::transport {
 
 namespace {
 
-static_assert(sizeof(Request) == sizeof(chorusPluginRequest_v1) &&
-              offsetof(Request, done) == offsetof(chorusPluginRequest_v1, done) &&
-              offsetof(Request, pendingParts) == offsetof(chorusPluginRequest_v1, priv) && sizeof(bool) == 1);
-static_assert(sizeof(EnvSpec) == sizeof(chorusPluginEnv_v1));
+static_assert(sizeof(Request) == sizeof(chorusPluginRequest_v2) &&
+              offsetof(Request, done) == offsetof(chorusPluginRequest_v2, done) &&
+              offsetof(Request, pendingParts) == offsetof(chorusPluginRequest_v2, priv) && sizeof(bool) == 1);
+static_assert(sizeof(EnvSpec) == sizeof(chorusPluginEnv_v2));
 
 int64_t ns(Deadline d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d.time_since_epoch()).count();
 }
 
-chorusPluginTag_v1 cTag(const OpTag& t) {
+chorusPluginTag_v2 cTag(const OpTag& t) {
   return {t.seq, t.count, t.root, static_cast<uint8_t>(t.kind), t.dtype, t.redop, 0};
 }
 
-chorusPluginRequest_v1* cReq(Request* r) { return reinterpret_cast<chorusPluginRequest_v1*>(r); }
+chorusPluginRequest_v2* cReq(Request* r) { return reinterpret_cast<chorusPluginRequest_v2*>(r); }
 
 // A transport that lives in a plugin: every call goes through the table; a failure comes back as a code and
 // the plugin's text, and is thrown here as chorus::Error.
 class PluginTransport final : public Transport {
  public:
-  PluginTransport(const chorusTransportPlugin_v1_t* table, const Setup& setup) : p_(table), setup_(setup) {
+  PluginTransport(const chorusTransportPlugin_v2_t* table, const Setup& setup) : p_(table), setup_(setup) {
     c_.rank = setup.rank;
     c_.nranks = setup.nranks;
     c_.secret = setup.secret;
@@ -91,17 +92,17 @@ class PluginTransport final : public Transport {
     check(p_->accept(t_, peer, address.data(), address.size(), ns(deadline)));
   }
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
-    chorusPluginTag_v1 t = cTag(tag);
+    chorusPluginTag_v2 t = cTag(tag);
     check(p_->isend(t_, peer, buf, len, &t, cReq(req)));
   }
   void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) override {
-    chorusPluginTag_v1 t = cTag(tag);
+    chorusPluginTag_v2 t = cTag(tag);
     check(p_->irecv(t_, peer, buf, len, &t, cReq(req)));
   }
   bool irecvReduce(int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype, chorusRedOp_t op,
                    const OpTag& tag, Request* req) override {
     if (p_->irecvReduce == nullptr) return false;
-    chorusPluginTag_v1 t = cTag(tag);
+    chorusPluginTag_v2 t = cTag(tag);
     int posted = 0;
     check(p_->irecvReduce(t_, peer, dst, src, len, dtype, op, &t, cReq(req), &posted));
     return posted != 0;
@@ -135,10 +136,10 @@ class PluginTransport final : public Transport {
     c_.peers = peers_.data();
   }
 
-  const chorusTransportPlugin_v1_t* p_;
+  const chorusTransportPlugin_v2_t* p_;
   const Setup& setup_;
-  chorusPluginSetup_v1 c_{};
-  std::vector<chorusPluginPeer_v1> peers_;
+  chorusPluginSetup_v2 c_{};
+  std::vector<chorusPluginPeer_v2> peers_;
   void* t_ = nullptr;
 };
 
@@ -164,6 +165,21 @@ std::string pluginName(const std::string& file) {
   return file.substr(prefix.size(), file.size() - prefix.size() - suffix.size());
 }
 
+// "" when the traits' chunk steps keep plugin.h's rules, else the first rule they break.
+std::string chunkStepsProblem(const chorusPluginTraits_v2& t) {
+  if (t.nchunks < 1 || t.nchunks > CHORUS_PLUGIN_MAX_CHUNK_STEPS)
+    return fmt::format("{} steps (1..{} allowed)", t.nchunks, CHORUS_PLUGIN_MAX_CHUNK_STEPS);
+  if (t.chunks[0].fromBytes != 0) return fmt::format("the first starts at {} bytes, not 0", t.chunks[0].fromBytes);
+  for (uint32_t i = 0; i < t.nchunks; ++i) {
+    const chorusPluginChunkStep_v2& s = t.chunks[i];
+    if (s.chunkBytes < kMinChunkBytes || s.chunkBytes > kMaxChunkBytes)
+      return fmt::format("step {} has a chunk of {} bytes (4 KiB..64 MiB allowed)", i, s.chunkBytes);
+    if (i > 0 && s.fromBytes <= t.chunks[i - 1].fromBytes)
+      return fmt::format("step {} starts at {} bytes, not after step {}", i, s.fromBytes, i - 1);
+  }
+  return "";
+}
+
 // The versions of the table a file exports, for the message that refuses it.
 std::string versionsIn(void* handle) {
   std::string found;
@@ -173,22 +189,24 @@ std::string versionsIn(void* handle) {
   return found;
 }
 
-Descriptor descriptorOf(const chorusTransportPlugin_v1_t* t, const std::string& file) {
+Descriptor descriptorOf(const chorusTransportPlugin_v2_t* t, const std::string& file) {
   Descriptor d;
   d.name = t->name;
   d.preference = t->preference;
   d.origin = file;
   d.env = std::span<const EnvSpec>(reinterpret_cast<const EnvSpec*>(t->env), t->nenv);
   d.traits = {t->traits.alphaUs, t->traits.gbps, t->traits.alphaUsOversubscribed, t->traits.gbpsOversubscribed,
-              t->traits.reducesOnReceive != 0, t->traits.chunkBytes};
+              t->traits.reducesOnReceive != 0, {}};
+  for (uint32_t i = 0; i < t->traits.nchunks; ++i)
+    d.traits.chunks.push_back({t->traits.chunks[i].fromBytes, t->traits.chunks[i].chunkBytes});
   d.unavailable = [t] {
     const char* why = t->unavailable ? t->unavailable() : nullptr;
     return std::string(why ? why : "");
   };
   d.disabledByEnv = [t] { return t->disabledByEnv != nullptr && t->disabledByEnv() != 0; };
   d.canConnect = [t](const PeerInfo& a, const PeerInfo& b) {
-    chorusPluginPeer_v1 ca{a.rank, a.pid, a.host.c_str(), a.hostId.c_str()};
-    chorusPluginPeer_v1 cb{b.rank, b.pid, b.host.c_str(), b.hostId.c_str()};
+    chorusPluginPeer_v2 ca{a.rank, a.pid, a.host.c_str(), a.hostId.c_str()};
+    chorusPluginPeer_v2 cb{b.rank, b.pid, b.host.c_str(), b.hostId.c_str()};
     return t->canConnect(&ca, &cb) != 0;
   };
   d.create = [t](const Setup& setup) -> std::unique_ptr<Transport> {
@@ -205,7 +223,7 @@ bool loadOne(const std::string& path, Descriptor* out, std::string* why) {
     *why = fmt::format("{} could not be loaded: {}", path, e ? e : "unknown error");
     return false;
   }
-  auto* table = static_cast<const chorusTransportPlugin_v1_t*>(dlsym(h, CHORUS_TRANSPORT_PLUGIN_SYMBOL));
+  auto* table = static_cast<const chorusTransportPlugin_v2_t*>(dlsym(h, CHORUS_TRANSPORT_PLUGIN_SYMBOL));
   if (table == nullptr) {
     std::string other = versionsIn(h);
     *why = other.empty() ? fmt::format("{} is not a Chorus transport plugin (it exports no {})", path,
@@ -218,6 +236,11 @@ bool loadOne(const std::string& path, Descriptor* out, std::string* why) {
   if (table->version != CHORUS_TRANSPORT_PLUGIN_VERSION || table->name == nullptr || table->create == nullptr) {
     *why = fmt::format("{} says it is a plugin of version {}; this libchorus speaks version {}", path, table->version,
                        CHORUS_TRANSPORT_PLUGIN_VERSION);
+    dlclose(h);
+    return false;
+  }
+  if (std::string bad = chunkStepsProblem(table->traits); !bad.empty()) {
+    *why = fmt::format("{} ({}) is refused: its pipeline chunk steps are invalid: {}", path, table->name, bad);
     dlclose(h);
     return false;
   }

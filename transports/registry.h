@@ -22,7 +22,8 @@ struct LinkTraits {
   double alphaUs = 10, gbps = 3.5;                    // latency and bandwidth, each rank with a core of its own
   double alphaUsOversubscribed = 35, gbpsOversubscribed = 1.5;  // more ranks on the host than cores
   bool reducesOnReceive = false;  // irecvReduce works (the data can be reduced in place as it arrives)
-  size_t chunkBytes = 96 * 1024;  // the pipeline chunk it runs best with
+  // The pipeline chunk it runs best with, by the bytes a collective touches on one host (ChunkSteps, ops.h).
+  ChunkSteps chunks = {{0, 96 * 1024}};
 };
 
 struct Descriptor {

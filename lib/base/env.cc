@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lib/base/error.h"
+#include "lib/base/ops.h"
 #include "lib/base/text.h"
 
 namespace chorus {
@@ -21,8 +22,9 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_ALGO", "string", "AUTO",
      "algorithms allowed: RING, TREE, AUTO (cost model), a comma list, ^ excludes, or per collective as "
      "allreduce:tree;broadcast:ring (NCCL_ALGO's grammar)"},
-    {"CHORUS_CHUNK_BYTES", "bytes", "", "pipeline chunk of the ring and chain algorithms (4K..64M); default: the "
-     "smallest that a transport in use asks for (shm 1M, tcp 96K, ucx 1M; measured), at most 96K across hosts"},
+    {"CHORUS_CHUNK_BYTES", "bytes", "", "pipeline chunk of the ring and chain algorithms (4K..64M); default: at each "
+     "size the smallest that a transport in use asks for (shm 1M, tcp 96K, ucx 1M, over UCX's shared memory 128K "
+     "from 16M on a host; measured), at most 96K across hosts"},
     {"CHORUS_SPIN_US", "int", "", "microseconds a waiting rank polls before it sleeps in epoll (0..100000); "
      "default 50, or 0 when this host runs more ranks than it has cores"},
     {"CHORUS_YIELD_US", "int", "200",
@@ -167,7 +169,7 @@ Config Config::fromEnv() {
   std::string chunkText = envValue("CHORUS_CHUNK_BYTES");
   if (!chunkText.empty()) {
     uint64_t chunk = 0;
-    if (!parseBytes(chunkText, &chunk) || chunk < 4096 || chunk > (64u << 20))
+    if (!parseBytes(chunkText, &chunk) || chunk < kMinChunkBytes || chunk > kMaxChunkBytes)
       badValue("CHORUS_CHUNK_BYTES", chunkText, "a size in [4K, 64M] such as 512K");
     c.chunkBytes = chunk;
   }

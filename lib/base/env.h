@@ -42,7 +42,7 @@ AlgoChoice parseAlgo(const std::string& text);
 
 struct Config {
   AlgoChoice algo;
-  size_t chunkBytes = 0;  // 0: chosen at init from the transports' traits (Comm::chooseChunk)
+  size_t chunkBytes = 0;  // CHORUS_CHUNK_BYTES; 0: chosen at init from the transports' traits (Comm::chooseChunk)
   int spinUs = -1;  // -1: chosen at init from ranks per host and cores (Comm::chooseSpin)
   int yieldUs = 200;
   double timeoutSec = 600;

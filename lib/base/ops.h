@@ -1,11 +1,12 @@
 // The vocabulary the algorithms and the transports share: what an operation is (OpKind, CollArgs), the tag
-// its every message carries (OpTag, Note [Message tags] in transports/transport.h) and a posted message's
-// completion flag (Request).
+// its every message carries (OpTag, Note [Message tags] in transports/transport.h), a posted message's
+// completion flag (Request) and a pipeline chunk that depends on the size (ChunkSteps).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "chorus/chorus.h"
 
@@ -56,5 +57,22 @@ struct CollArgs {
   int root = -1;  // Broadcast/Reduce root, or the peer of a Send/Recv
   bool isRecv = false;  // Send kind only: this side receives
 };
+
+// A pipeline chunk by size: steps of ascending fromBytes, the first from 0; a size takes the chunk of the last
+// step it reaches. A transport states its steps by the bytes a collective touches on one host (its buffer times
+// the ranks there: LinkTraits::chunks); the communicator turns them into steps by buffer size for the algorithms.
+struct ChunkStep {
+  size_t fromBytes = 0;
+  size_t chunkBytes = 0;
+};
+using ChunkSteps = std::vector<ChunkStep>;
+constexpr size_t kMinChunkBytes = 4096, kMaxChunkBytes = size_t{64} << 20;  // what a chunk may be
+
+inline size_t chunkAt(const ChunkSteps& steps, size_t bytes) {
+  size_t chunk = steps.empty() ? 0 : steps.front().chunkBytes;
+  for (const ChunkStep& s : steps)
+    if (bytes >= s.fromBytes) chunk = s.chunkBytes;
+  return chunk;
+}
 
 }  // namespace chorus

@@ -101,20 +101,24 @@ void Comm::logEnvironment() {
   for (const transport::Descriptor& d : transport::registered()) logSection(d.env);
 }
 
-// The ring's and chains' pipeline chunk: the smallest that a transport serving any pair of the communicator
-// asks for (LinkTraits::chunkBytes), so every rank picks the same and messages of a chunk match in length.
+// The pipeline chunk by buffer size (chooseChunks in lib/comm/tuning.h), unless CHORUS_CHUNK_BYTES fixes it.
 void Comm::chooseChunk(const std::vector<const transport::Descriptor*>& used) {
-  if (config_.chunkBytes != 0) return;
-  size_t chunk = 0;
-  for (const transport::Descriptor* d : used) chunk = chunk == 0 ? d->traits.chunkBytes : std::min(chunk, d->traits.chunkBytes);
-  // A transport's chunk is what suits it inside a host. Between hosts the ring is latency-bound sooner and needs
-  // several chunks per segment to pipeline: tcp's 96 KiB serves UCX there too (docs/ucx-results.md, "Chunk across
-  // hosts"). hostOf_ numbers hosts by their first rank, so any index above 0 means a second host.
-  constexpr size_t kCrossHostMaxChunk = 96 * 1024;
+  if (config_.chunkBytes != 0) {
+    chunks_ = {{0, config_.chunkBytes}};
+    return;
+  }
+  std::vector<const transport::LinkTraits*> traits;
+  for (const transport::Descriptor* d : used) traits.push_back(&d->traits);
+  std::vector<int> perHost(hostOf_.size(), 0);
+  for (int h : hostOf_) ++perHost[static_cast<size_t>(h)];
+  // hostOf_ numbers hosts by their first rank, so any index above 0 means a second host.
   const bool crossHost = *std::max_element(hostOf_.begin(), hostOf_.end()) > 0;
-  if (crossHost && chunk > kCrossHostMaxChunk) chunk = kCrossHostMaxChunk;
-  config_.chunkBytes = chunk != 0 ? chunk : 1024 * 1024;
-  CHORUS_INFO(kInit, "pipeline chunk {} bytes", config_.chunkBytes);
+  chunks_ = chooseChunks(traits, *std::max_element(perHost.begin(), perHost.end()), crossHost);
+  std::string text;
+  for (const ChunkStep& c : chunks_)
+    text += c.fromBytes == 0 ? fmt::format("{} bytes", c.chunkBytes)
+                             : fmt::format(", {} from buffers of {} bytes", c.chunkBytes, c.fromBytes);
+  CHORUS_INFO(kInit, "pipeline chunk {}", text);
 }
 
 void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {

@@ -40,7 +40,8 @@ class Comm : public algo::Context {
   bool reduceOnReceive() const { return reduceOnReceive_; }
   // Host index of every rank (equal host identity, numbered by first rank), for topology-aware algorithms.
   const std::vector<int>& hostOf() const final { return hostOf_; }
-  size_t chunkBytes() const final { return config_.chunkBytes; }
+  size_t chunkBytes(size_t bytes) const final { return chunkAt(chunks_, bytes); }
+  const ChunkSteps& chunkSteps() const { return chunks_; }
   // The link numbers of the slowest transport serving a pair of ranks that share a host (the same on every
   // rank); none when no two ranks share one.
   const std::optional<transport::LinkTraits>& localLink() const { return localCost_; }
@@ -106,6 +107,7 @@ class Comm : public algo::Context {
   std::vector<transport::Transport*> inUse_;  // those that serve at least one peer
   std::vector<transport::Transport*> route_;  // per peer
   std::vector<int> hostOf_;
+  ChunkSteps chunks_;  // the pipeline chunk by buffer size (chooseChunk)
   bool reduceOnReceive_ = false;
   std::optional<transport::LinkTraits> localCost_;
   bool oversubscribed_ = false;  // this host runs more ranks than this process has cores

@@ -115,7 +115,7 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   m.treeLoad = m.maxPerHost > 1 ? std::max(trees.load + 2, 4) : trees.load;
   m.reduceOnReceive = comm.reduceOnReceive();
   m.directAllowed = m.reduceOnReceive && m.nranks > 2;
-  m.chunkBytes = comm.config().chunkBytes;
+  m.chunks = comm.chunkSteps();
 
   // {us per MiB, step us, oversubscribed ranks}: summed over all ranks (only one leader per pair of hosts, or
   // leader 0, measures each), so every rank knows them alike. On one host nothing is measured and every rank
@@ -142,6 +142,27 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   if (m.hosts > 1) m.net = {agreed[1], static_cast<double>(1 << 20) / (agreed[0] / pairs * 1e3)};
   CHORUS_INFO(kInit, "cost model: {}", m.describe());
   return m;
+}
+
+ChunkSteps chooseChunks(const std::vector<const transport::LinkTraits*>& used, int maxPerHost, bool crossHost) {
+  std::vector<size_t> starts{0};  // where any transport's step begins, in bytes touched on one host
+  for (const transport::LinkTraits* t : used)
+    for (const ChunkStep& s : t->chunks) starts.push_back(s.fromBytes);
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  const size_t perHost = static_cast<size_t>(std::max(1, maxPerHost));
+  ChunkSteps out;
+  for (size_t hostBytes : starts) {
+    size_t chunk = 0;
+    for (const transport::LinkTraits* t : used) {
+      const size_t c = chunkAt(t->chunks, hostBytes);
+      if (c != 0) chunk = chunk == 0 ? c : std::min(chunk, c);
+    }
+    if (chunk == 0) chunk = 1024 * 1024;  // no transport serves a pair: a single rank
+    if (crossHost) chunk = std::min(chunk, kCrossHostMaxChunk);
+    if (out.empty() || out.back().chunkBytes != chunk) out.push_back({(hostBytes + perHost - 1) / perHost, chunk});
+  }
+  return out;
 }
 
 }  // namespace chorus

@@ -544,7 +544,7 @@ Descriptor descriptor() {
   d.env = kEnv;
   // Measured on this project's 2-core machines (all_reduce_perf, 2 and 4 ranks); large chunks cost nothing here
   // (the FIFO pipelines slot by slot) and 1M measured best.
-  d.traits = {0.3, 12.0, 5.0, 6.0, true, 1024 * 1024};
+  d.traits = {0.3, 12.0, 5.0, 6.0, true, {{0, 1024 * 1024}}};
   d.disabledByEnv = [] { return envInt("CHORUS_SHM_DISABLE", 0, 1, kEnv) == 1; };
   d.canConnect = [](const PeerInfo& a, const PeerInfo& b) { return a.hostId == b.hostId; };
   d.create = [](const Setup& setup) -> std::unique_ptr<Transport> {

@@ -15,6 +15,23 @@
 
 namespace chorus::transport::ucx {
 
+bool tlsAllows(std::initializer_list<std::string_view> names) {
+  const char* env = std::getenv("UCX_TLS");
+  std::string_view tls = env != nullptr ? env : "";
+  if (tls.empty()) return true;
+  const bool exclude = tls.front() == '^';
+  if (exclude) tls.remove_prefix(1);
+  bool named = false;
+  while (!tls.empty()) {
+    const size_t comma = tls.find(',');
+    const std::string_view item = tls.substr(0, comma);
+    tls = comma == std::string_view::npos ? std::string_view() : tls.substr(comma + 1);
+    if (item == "all" && !exclude) return true;
+    for (std::string_view n : names) named = named || item == n;
+  }
+  return exclude ? !named : named;
+}
+
 bool hasRdmaDevice() {
   std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/sys/class/infiniband"), ::closedir);
   if (!dir) return false;
@@ -37,9 +54,7 @@ Context createContext(const std::string& who) {
   // Blocking TCP connects between many workers of one process (ranks as threads) were refused by the peer
   // intermittently (8 in-process ranks: 1-5 refusals per run); non-blocking ones never were (12 runs). Set as
   // the tcp transport's own key; UCX_TCP_CONN_NB still wins when set.
-  const char* tls = std::getenv("UCX_TLS");
-  const bool tcpAllowed = tls == nullptr || *tls == '\0' || *tls == '^' || std::strstr(tls, "tcp") != nullptr ||
-                          std::strstr(tls, "all") != nullptr;
+  const bool tcpAllowed = tlsAllows({"tcp"});
   if (tcpAllowed) defaultTo("UCX_TCP_CONN_NB", "CONN_NB", "y");
   // Without an RDMA device UCX has only tcp and shared memory, where its automatic rendezvous threshold (8-16 KiB)
   // costs half the bandwidth from 64 to 256 KiB (2-rank allreduce busbw, auto against 512K, interleaved: sm

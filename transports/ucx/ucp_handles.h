@@ -5,8 +5,10 @@
 #include <ucp/api/ucp.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -21,6 +23,9 @@ struct WorkerDeleter {
 using Context = std::unique_ptr<std::remove_pointer_t<ucp_context_h>, ContextDeleter>;
 using Worker = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerDeleter>;
 
+// Whether UCX_TLS (a comma list, "all", or "^" and a list to exclude; unset: all) lets UCX use one of `names`.
+// Conservative for exclusions: "^posix" counts as excluding {"posix", "sysv"}.
+bool tlsAllows(std::initializer_list<std::string_view> names);
 // Whether this host has an RDMA device (/sys/class/infiniband lists one): UCX then has more than tcp and sm.
 bool hasRdmaDevice();
 // Features TAG | WAKEUP, configured from the UCX_* environment (plus two defaults of ours where the user set
