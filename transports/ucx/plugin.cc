@@ -37,12 +37,11 @@ std::string probe() {
   }
 }
 
-// Between two ranks of one host over UCX's shared memory (docs/ucx-results.md has the measurements). The chunk:
-// 1 MiB, but from 16 MiB touched on the host (8 MiB buffers on 2 ranks, 4 MiB on 4) 128 KiB, which UCX sends
-// eagerly through its shared-memory FIFO (copied in by the sender, out by the receiver, both at work) where 1 MiB
-// goes by rendezvous (copied by the receiver alone): 1.3-1.7x the busbw there, 0.76-0.96 below. Only where
-// shared memory can serve ranks of one host and Chorus's 512K eager threshold applies (no RDMA device): over
-// UCX's tcp 128 KiB chunks ran at 0.33-0.82.
+// Between two ranks of one host over UCX's shared memory (docs/ucx-results.md has the measurements, under "The
+// chunk depends on the size"). The chunk is 1 MiB, but 128 KiB from 16 MiB touched on the host: UCX sends those
+// eagerly through its shared-memory FIFO, copied by both cores, where 1 MiB goes by rendezvous, copied by the
+// receiver alone, and that wins once the buffers outgrow the cache. Only where shared memory can serve ranks of
+// one host and Chorus's 512K eager threshold applies (no RDMA device); over UCX's tcp small chunks lose.
 LinkTraits traits() {
   LinkTraits t{3.0, 5.0, 20.0, 2.0, false, {{0, 1024 * 1024}}};
   if (!hasRdmaDevice() && tlsAllows({"sm", "shm", "mm", "posix", "sysv", "xpmem"}))
