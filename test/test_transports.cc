@@ -26,6 +26,7 @@
 #include "test/shell.h"
 #include "test/watchdog.h"
 #include "transports/registry.h"
+#include "transports/ucx/tls_list.h"
 
 using namespace chorus;
 using chorus::test::buildDir;
@@ -235,6 +236,24 @@ TEST(Plugins, MixedShmInsideHostsUcxAcross) {
   };
   EXPECT_EQ(count(": transport shm"), 4u) << r.output;  // 0<->1 and 2<->3, from both ends
   EXPECT_EQ(count(": transport ucx"), 8u) << r.output;  // the 4 pairs across, from both ends
+}
+
+// UCX_TLS as the UCX transport reads it (which UCX defaults it sets, whether its chunk steps down).
+TEST(Plugins, UcxTlsListGrammar) {
+  using transport::ucx::tlsListAllows;
+  const std::initializer_list<std::string_view> sm = {"sm", "shm", "mm", "posix", "sysv", "xpmem"};
+  EXPECT_TRUE(tlsListAllows("", {"tcp"}));
+  EXPECT_TRUE(tlsListAllows("all", sm));
+  EXPECT_TRUE(tlsListAllows("tcp", {"tcp"}));
+  EXPECT_FALSE(tlsListAllows("tcp", sm));
+  EXPECT_TRUE(tlsListAllows("sm,self", sm));
+  EXPECT_FALSE(tlsListAllows("sm,self", {"tcp"}));
+  EXPECT_TRUE(tlsListAllows("self,posix,tcp", sm));
+  EXPECT_FALSE(tlsListAllows("self", sm));
+  EXPECT_FALSE(tlsListAllows("tcpx", {"tcp"}));  // whole entries only
+  EXPECT_FALSE(tlsListAllows("^sm", sm));
+  EXPECT_TRUE(tlsListAllows("^sm", {"tcp"}));
+  EXPECT_FALSE(tlsListAllows("^ib,tcp", {"tcp"}));
 }
 
 // Over UCX's shared memory the chunk steps down from 16 MiB touched on the host (transports/ucx/plugin.cc); both

@@ -12,24 +12,13 @@
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "transports/ucx/tls_list.h"
 
 namespace chorus::transport::ucx {
 
 bool tlsAllows(std::initializer_list<std::string_view> names) {
-  const char* env = std::getenv("UCX_TLS");
-  std::string_view tls = env != nullptr ? env : "";
-  if (tls.empty()) return true;
-  const bool exclude = tls.front() == '^';
-  if (exclude) tls.remove_prefix(1);
-  bool named = false;
-  while (!tls.empty()) {
-    const size_t comma = tls.find(',');
-    const std::string_view item = tls.substr(0, comma);
-    tls = comma == std::string_view::npos ? std::string_view() : tls.substr(comma + 1);
-    if (item == "all" && !exclude) return true;
-    for (std::string_view n : names) named = named || item == n;
-  }
-  return exclude ? !named : named;
+  const char* tls = std::getenv("UCX_TLS");
+  return tlsListAllows(tls != nullptr ? tls : "", names);
 }
 
 bool hasRdmaDevice() {

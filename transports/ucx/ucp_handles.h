@@ -23,8 +23,7 @@ struct WorkerDeleter {
 using Context = std::unique_ptr<std::remove_pointer_t<ucp_context_h>, ContextDeleter>;
 using Worker = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerDeleter>;
 
-// Whether UCX_TLS (a comma list, "all", or "^" and a list to exclude; unset: all) lets UCX use one of `names`.
-// Conservative for exclusions: "^posix" counts as excluding {"posix", "sysv"}.
+// Whether UCX_TLS lets UCX use one of `names` (tlsListAllows in tls_list.h; unset: all).
 bool tlsAllows(std::initializer_list<std::string_view> names);
 // Whether this host has an RDMA device (/sys/class/infiniband lists one): UCX then has more than tcp and sm.
 bool hasRdmaDevice();
