@@ -26,6 +26,13 @@ inline RunResult runShell(const std::string& cmd) {
   return r;
 }
 
+// How many times `what` occurs in `text` (log lines counted in a run's output).
+inline size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 // The build directory (meson sets TEST_BUILD_DIR), where scripts/chorusrun and the bench binaries are.
 inline std::string buildDir() {
   const char* d = std::getenv("TEST_BUILD_DIR");

@@ -31,6 +31,7 @@
 using namespace chorus;
 using chorus::test::buildDir;
 using chorus::test::EnvGuard;
+using chorus::test::occurrences;
 using chorus::test::RunResult;
 using chorus::test::runShell;
 using chorus::test::Watchdog;
@@ -229,13 +230,8 @@ TEST(Plugins, MixedShmInsideHostsUcxAcross) {
     EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": 600 cases ok"), std::string::npos) << r.output;
   // Ranks 0,1 on host 0 and 2,3 on host 1.
   EXPECT_NE(r.output.find("rank 0 (pid"), std::string::npos);
-  auto count = [&](const std::string& what) {
-    size_t n = 0;
-    for (size_t at = r.output.find(what); at != std::string::npos; at = r.output.find(what, at + 1)) ++n;
-    return n;
-  };
-  EXPECT_EQ(count(": transport shm"), 4u) << r.output;  // 0<->1 and 2<->3, from both ends
-  EXPECT_EQ(count(": transport ucx"), 8u) << r.output;  // the 4 pairs across, from both ends
+  EXPECT_EQ(occurrences(r.output, ": transport shm"), 4u) << r.output;  // 0<->1 and 2<->3, from both ends
+  EXPECT_EQ(occurrences(r.output, ": transport ucx"), 8u) << r.output;  // the 4 pairs across, from both ends
 }
 
 // UCX_TLS as the UCX transport reads it (which UCX defaults it sets, whether its chunk steps down).
@@ -264,21 +260,16 @@ TEST(Plugins, UcxChunkDependsOnSizeAndTransport) {
   const std::string run = " CHORUS_TRANSPORTS=ucx UCX_NET_DEVICES=lo CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT " +
                           buildDir() + "/scripts/chorusrun -n 2 " + buildDir() +
                           "/bench/all_reduce_perf -c 1 -n 2 -w 1 -b 4M -e 16M -f 2";
-  auto count = [](const std::string& text, const std::string& what) {
-    size_t n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-    return n;
-  };
   RunResult r = runShell("env UCX_TLS=sm" + run);
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(count(r.output, "pipeline chunk 1048576 bytes, 131072 from buffers of 8388608 bytes"), 2u) << r.output;
+  EXPECT_EQ(occurrences(r.output, "pipeline chunk 1048576 bytes, 131072 from buffers of 8388608 bytes"), 2u) << r.output;
   EXPECT_NE(r.output.find("Out of bounds values : 0 OK"), std::string::npos) << r.output;  // all checked
   for (const char* size : {"4194304", "8388608", "16777216"})
     EXPECT_NE(r.output.find(size), std::string::npos) << r.output;
   r = runShell("env UCX_TLS=tcp" + run);
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(count(r.output, "from buffers of"), 0u) << r.output;
-  EXPECT_EQ(count(r.output, "pipeline chunk 1048576 bytes"), 2u) << r.output;
+  EXPECT_EQ(occurrences(r.output, "from buffers of"), 0u) << r.output;
+  EXPECT_EQ(occurrences(r.output, "pipeline chunk 1048576 bytes"), 2u) << r.output;
 }
 
 // ---- transports driven directly, as the communicator drives them ----

@@ -96,10 +96,9 @@ chorusTransportPlugin_v2_t exportPlugin(const PluginSpec& spec) {
   p.env = reinterpret_cast<const chorusPluginEnv_v2*>(spec.env.data());
   p.nenv = spec.env.size();
   const LinkTraits traits = spec.traits();
-  p.traits = {traits.alphaUs, traits.gbps, traits.alphaUsOversubscribed, traits.gbpsOversubscribed,
-              traits.reducesOnReceive ? 1 : 0, 0, {}};
   // More steps than the table holds, or none, leave the table invalid, and the host refuses the plugin naming it.
-  p.traits.nchunks = static_cast<uint32_t>(traits.chunks.size());
+  p.traits = {traits.alphaUs, traits.gbps, traits.alphaUsOversubscribed, traits.gbpsOversubscribed,
+              traits.reducesOnReceive ? 1 : 0, static_cast<uint32_t>(traits.chunks.size()), {}};
   for (size_t i = 0; i < traits.chunks.size() && i < CHORUS_PLUGIN_MAX_CHUNK_STEPS; ++i)
     p.traits.chunks[i] = {traits.chunks[i].fromBytes, traits.chunks[i].chunkBytes};
   p.unavailable = [] {
