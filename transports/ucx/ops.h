@@ -20,6 +20,8 @@ namespace chorus::transport::ucx {
 
 constexpr size_t kHeaderBytes = sizeof(WireHeader);
 constexpr size_t kFirstBytes = kHeaderBytes + kCopyBytes;  // every Op's first receive
+// Sends up to this size first try sendAtOnce() from the stack: UCX's eager-short limit is below it here.
+constexpr size_t kInlineBytes = 256;
 constexpr size_t kBounceBytes = std::max(kFirstBytes, sizeof(Control) + kMaxAbortText);
 
 struct Op;
@@ -116,6 +118,16 @@ inline void postSend(Part& part, ucp_ep_h ep, const void* buf, size_t len, uint6
   if (r == nullptr) partDone(&part, UCS_OK, len);
   else if (UCS_PTR_IS_ERR(r)) partDone(&part, UCS_PTR_STATUS(r), 0);
   else part.req = r;
+}
+
+// Sends a message only if UCX can copy it out before returning (its inline path, within UCX's eager-short
+// limit); UCS_ERR_NO_RESOURCE otherwise. With FORCE_IMM_CMPL UCX never returns a request: the buffer may be
+// reused at once, and no callback follows.
+inline ucs_status_t sendAtOnce(ucp_ep_h ep, const void* buf, size_t len, uint64_t tag) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+  ucs_status_ptr_t r = ucp_tag_send_nbx(ep, buf, len, tag, &param);
+  return UCS_PTR_STATUS(r);
 }
 
 // UCX 1.13.1 leaves recv_info unset when a receive completes at once, so receives never do: with

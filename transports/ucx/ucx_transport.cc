@@ -164,10 +164,19 @@ class UcxTransport final : public Transport {
 
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
     Peer& p = connected(peer);
-    req->done = false;
-    Op& op = takeOp(Role::Send, &p, req, static_cast<uint8_t*>(const_cast<void*>(buf)), len, tag);
     WireHeader h{tag.seq, tag.count, tag.root, static_cast<uint8_t>(tag.kind), tag.dtype, tag.redop, 0, len};
     const uint64_t t = tagFor(kDataClass, setup_.rank);
+    if (len <= kInlineBytes) {  // UCX copies it out at once, or says it cannot: then it takes the path below
+      alignas(8) uint8_t stage[kHeaderBytes + kInlineBytes];
+      std::memcpy(stage, &h, kHeaderBytes);
+      if (len > 0) std::memcpy(stage + kHeaderBytes, buf, len);
+      if (sendAtOnce(p.ep.get(), stage, kHeaderBytes + len, t) == UCS_OK) {
+        req->done = true;
+        return;
+      }
+    }
+    req->done = false;
+    Op& op = takeOp(Role::Send, &p, req, static_cast<uint8_t*>(const_cast<void*>(buf)), len, tag);
     if (len <= kCopyBytes) {
       std::memcpy(op.bounce.get(), &h, kHeaderBytes);
       if (len > 0) std::memcpy(op.bounce.get() + kHeaderBytes, buf, len);
