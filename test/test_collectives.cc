@@ -740,4 +740,35 @@ TEST(LargeGatherScatter, OutOfPlace64MiB) {
   EXPECT_TRUE(errors.empty()) << joined(errors);
 }
 
+// One group of 1500 messages of 0..300 bytes from rank 0 to rank 1, posted while rank 1 is still asleep: they
+// pile up in the transport (UCX's small sends leave from the stack only while UCX can take them at once, then
+// queue behind the ones it could not), and each must arrive in order with its own bytes.
+TEST(Burst, ManySmallSendsBeforeTheReceiverPostsArriveInOrder) {
+  constexpr int kMessages = 1500;
+  auto size = [](int i) { return static_cast<size_t>(i * 37 % 301); };
+  auto byte = [](int i, size_t j) { return static_cast<uint8_t>(i * 131 + j * 7 + 1); };
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    std::vector<std::vector<uint8_t>> bufs(kMessages);
+    for (int i = 0; i < kMessages; ++i) {
+      bufs[i].assign(size(i), 0);
+      if (r == 0)
+        for (size_t j = 0; j < size(i); ++j) bufs[i][j] = byte(i, j);
+    }
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    check(chorusGroupStart(), comm, "group start");
+    for (int i = 0; i < kMessages; ++i) {
+      if (r == 0) check(chorusSend(bufs[i].data(), size(i), chorusUint8, 1, comm, nullptr), comm, "send");
+      else check(chorusRecv(bufs[i].data(), size(i), chorusUint8, 0, comm, nullptr), comm, "recv");
+    }
+    check(chorusGroupEnd(), comm, "group end");
+    if (r == 0) return;
+    for (int i = 0; i < kMessages; ++i)
+      for (size_t j = 0; j < size(i); ++j)
+        if (bufs[i][j] != byte(i, j))
+          throw std::runtime_error("message " + std::to_string(i) + " byte " + std::to_string(j) + " is " +
+                                   std::to_string(bufs[i][j]) + ", expected " + std::to_string(byte(i, j)));
+  });
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+}
+
 }  // namespace
