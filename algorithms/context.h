@@ -5,10 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "lib/base/function_ref.h"
 #include "lib/base/ops.h"
 
 namespace chorus::algo {
@@ -30,7 +30,7 @@ class Context {
   virtual bool irecvReduce(int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype,
                            chorusRedOp_t op, const OpTag& tag, Request* req) = 0;
   // Moves messages until done() is true. Throws chorus::Error on abort, a transport error or a timeout.
-  virtual void waitUntil(const std::function<bool()>& done, const OpTag& tag) = 0;
+  virtual void waitUntil(FunctionRef<bool()> done, const OpTag& tag) = 0;
   void wait(Request& r, const OpTag& tag) { waitUntil([&] { return r.done; }, tag); }
   // Scratch memory reused across operations; `slot` selects independent buffers.
   virtual uint8_t* scratch(size_t bytes, int slot = 0) = 0;

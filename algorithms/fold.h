@@ -21,8 +21,17 @@ class PowerOfTwoFold {
   // Folds this rank's `out` (count elements) in. False when this rank sits out: it has then already received
   // the final result into `out`. tmp holds count elements.
   bool foldIn(Context& ctx, const OpTag& tag, const CollArgs& a, uint8_t* out, uint8_t* tmp) const {
+    return rank_ >= 2 * extra_ || foldPair(ctx, tag, a, out, tmp);
+  }
+
+  // Sends the final result back to the rank that sat out for this one.
+  void foldOut(Context& ctx, const OpTag& tag, const CollArgs& a, const uint8_t* out) const {
+    if (rank_ < 2 * extra_) sendBack(ctx, tag, a, out);
+  }
+
+ private:
+  bool foldPair(Context& ctx, const OpTag& tag, const CollArgs& a, uint8_t* out, uint8_t* tmp) const {
     const size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
-    if (rank_ >= 2 * extra_) return true;
     if (rank_ % 2 == 0) {
       Request s, v;
       ctx.isend(rank_ + 1, out, bytes, tag, &s);
@@ -41,15 +50,12 @@ class PowerOfTwoFold {
     return true;
   }
 
-  // Sends the final result back to the rank that sat out for this one.
-  void foldOut(Context& ctx, const OpTag& tag, const CollArgs& a, const uint8_t* out) const {
-    if (rank_ >= 2 * extra_) return;
+  void sendBack(Context& ctx, const OpTag& tag, const CollArgs& a, const uint8_t* out) const {
     Request s;
     ctx.isend(rank_ - 1, out, a.count * kernels::dataTypeSize(a.dtype), tag, &s);
     ctx.wait(s, tag);
   }
 
- private:
   int rank_;
   int p_ = 1;
   int extra_ = 0;

@@ -1,6 +1,7 @@
 #include "lib/api/group.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -25,6 +26,9 @@ struct GroupState {
   std::vector<Recorded> calls;
 };
 thread_local GroupState tGroup;
+// Threads inside a group, all of them: when none is, a call need not look up its thread's group (a TLS lookup
+// through __tls_get_addr in a shared library).
+std::atomic<int> gOpenGroups{0};
 
 void tagAndRun(Comm& comm, std::span<const CollArgs> calls) {
   if (calls.size() == 1) {  // the common case, without allocating
@@ -45,11 +49,14 @@ std::function<void()> makeTask(Comm& comm, std::span<const CollArgs> calls) {
 
 }  // namespace
 
-int groupDepth() { return tGroup.depth; }
-void groupStart() { ++tGroup.depth; }
+int groupDepth() { return gOpenGroups.load(std::memory_order_relaxed) == 0 ? 0 : tGroup.depth; }
+void groupStart() {
+  if (tGroup.depth++ == 0) gOpenGroups.fetch_add(1, std::memory_order_relaxed);
+}
 
 bool groupRecord(Comm* comm, const CollArgs& args, chorusStream_t stream) {
-  if (tGroup.depth == 0) return false;
+  // This thread's own groupStart raised the count before (program order), so a zero means no group here.
+  if (gOpenGroups.load(std::memory_order_relaxed) == 0 || tGroup.depth == 0) return false;
   tGroup.calls.push_back({comm, args, stream});
   return true;
 }
@@ -85,6 +92,7 @@ void issue(Comm& comm, std::span<const CollArgs> calls, std::span<const chorusSt
 void groupEnd() {
   if (tGroup.depth == 0) fail(chorusInvalidUsage, "chorusGroupEnd called without a matching chorusGroupStart");
   if (--tGroup.depth > 0) return;
+  gOpenGroups.fetch_sub(1, std::memory_order_relaxed);
   std::vector<Recorded> calls = std::move(tGroup.calls);
   tGroup.calls.clear();
   // One operation per communicator, in the order communicators first appear.

@@ -26,10 +26,6 @@ struct Settings {
   std::string host;
 };
 
-// Set and restored around every API call (and every plugin entry): initial-exec, so that is a plain store, not a
-// __tls_get_addr call in a shared library (4 bytes of the static TLS that glibc keeps for dlopen).
-[[gnu::tls_model("initial-exec")]] thread_local int tRank = -1;
-
 uint32_t subsysBit(const std::string& name) {
   static const struct { const char* n; uint32_t b; } kNames[] = {
       {"INIT", kInit}, {"BOOTSTRAP", kBootstrap}, {"NET", kNet}, {"COLL", kColl},
@@ -83,6 +79,7 @@ const Settings& settings() {
     st.logger->set_pattern("%v");
     st.logger->set_level(spdlog::level::trace);
     st.logger->flush_on(spdlog::level::trace);
+    detail::gVerbosity.store(static_cast<int>(st.level), std::memory_order_relaxed);
     return st;
   }();
   return s;
@@ -112,19 +109,26 @@ const char* subsysName(uint32_t s) {
 
 }  // namespace
 
-bool enabled(Level level, uint32_t subsys) {
+namespace detail {
+
+std::atomic<int> gVerbosity{-1};
+// Set and restored around every API call (and every plugin entry): initial-exec, so that is a plain store, not a
+// __tls_get_addr call in a shared library (4 bytes of the static TLS that glibc keeps for dlopen).
+[[gnu::tls_model("initial-exec")]] thread_local constinit int tRank = -1;
+
+bool enabledSlow(Level level, uint32_t subsys) {
   const Settings& s = settings();
   return level <= s.level && (s.mask & subsys) != 0;
 }
 
+}  // namespace detail
+
 void write(Level level, uint32_t subsys, const std::string& text) {
   const Settings& s = settings();
-  std::string rank = tRank < 0 ? "-" : std::to_string(tRank);
+  std::string rank = detail::tRank < 0 ? "-" : std::to_string(detail::tRank);
   s.logger->info("{}:{}:{} [{}] {} {} {}", s.host, getpid(), static_cast<long>(syscall(SYS_gettid)), rank,
                  levelName(level), subsysName(subsys), text);
 }
 
-LogRankScope::LogRankScope(int rank) : saved_(tRank) { tRank = rank; }
-LogRankScope::~LogRankScope() { tRank = saved_; }
 
 }  // namespace chorus::log

@@ -3,6 +3,7 @@
 // (set by LogRankScope while a communicator call runs), "-" outside any call.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -16,14 +17,31 @@ enum Subsys : uint32_t {
   kAll = ~0u
 };
 
-bool enabled(Level level, uint32_t subsys);
+namespace detail {
+// The most verbose level the settings enable, -1 until they are read: a disabled DEBUG line in a hot path then
+// costs one load and a compare, not a call.
+extern std::atomic<int> gVerbosity;
+bool enabledSlow(Level level, uint32_t subsys);
+}  // namespace detail
+
+inline bool enabled(Level level, uint32_t subsys) {
+  const int v = detail::gVerbosity.load(std::memory_order_relaxed);
+  if (v >= 0 && static_cast<int>(level) > v) return false;
+  return detail::enabledSlow(level, subsys);
+}
 void write(Level level, uint32_t subsys, const std::string& text);
 
-// Marks the rank printed on this thread's log lines while in scope.
+namespace detail {
+// This thread's rank for log lines, -1 outside any call (initial-exec: a plain %fs load, no __tls_get_addr).
+[[gnu::tls_model("initial-exec")]] extern thread_local constinit int tRank;
+}  // namespace detail
+
+// Marks the rank printed on this thread's log lines while in scope. Inline: it is entered on every call and
+// every crossing into a transport plugin.
 class LogRankScope {
  public:
-  explicit LogRankScope(int rank);
-  ~LogRankScope();
+  explicit LogRankScope(int rank) : saved_(detail::tRank) { detail::tRank = rank; }
+  ~LogRankScope() { detail::tRank = saved_; }
   LogRankScope(const LogRankScope&) = delete;
   LogRankScope& operator=(const LogRankScope&) = delete;
 

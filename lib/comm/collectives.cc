@@ -37,10 +37,13 @@ namespace {
 void allReduce(Comm& comm, const TaggedCall& c) {
   const CollArgs& a = c.args;
   const size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
-  algo::AllReduceAlgo choice = comm.costModel().chooseAllReduce(comm.config().algo.allReduce, bytes, nullptr);
-  if (static_cast<int>(choice) != comm.lastAllReduceChoice) {
-    CHORUS_INFO(kColl, "{}: AllReduce of {} bytes: {} (predicted {:.1f} us)", comm.name(), bytes,
-                algo::algoName(choice), comm.costModel().allReduceUs(choice, bytes));
+  auto choice = static_cast<algo::AllReduceAlgo>(comm.lastAllReduceChoice);
+  if (bytes != comm.lastAllReduceBytes) {
+    choice = comm.costModel().chooseAllReduce(comm.config().algo.allReduce, bytes, nullptr);
+    if (static_cast<int>(choice) != comm.lastAllReduceChoice)
+      CHORUS_INFO(kColl, "{}: AllReduce of {} bytes: {} (predicted {:.1f} us)", comm.name(), bytes,
+                  algo::algoName(choice), comm.costModel().allReduceUs(choice, bytes));
+    comm.lastAllReduceBytes = bytes;
     comm.lastAllReduceChoice = static_cast<int>(choice);
   }
   switch (choice) {
@@ -90,6 +93,10 @@ void copySelfMessages(Comm& comm, std::span<const TaggedCall> calls) {
 }  // namespace
 
 void runCalls(Comm& comm, std::span<const TaggedCall> calls) {
+  if (calls.size() == 1 && calls[0].args.kind != OpKind::Send) {  // one collective, the common case
+    if (calls[0].args.count != 0 || calls[0].args.kind == OpKind::Barrier) runOne(comm, calls[0]);
+    return;
+  }
   copySelfMessages(comm, calls);
   auto remote = [&](const TaggedCall& c) { return c.args.kind == OpKind::Send && c.args.root != comm.rank(); };
   std::vector<Request> p2p;  // reserved up front: posted requests must not move

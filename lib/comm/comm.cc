@@ -198,7 +198,7 @@ void Comm::irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req
   route_[peer]->irecv(peer, buf, len, tag, req);
 }
 
-void Comm::waitUntil(const std::function<bool()>& done, const OpTag& tag) {
+void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
   using namespace std::chrono;
   Clock::time_point lastMove;  // set at the first look at the clock (idle == 16): most waits never need it
   const auto spin = microseconds(config_.spinUs);

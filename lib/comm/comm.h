@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -59,7 +60,7 @@ class Comm : public algo::Context {
   }
   // Drives the transports until done() is true: spins CHORUS_SPIN_US, then sleeps in poll. Throws on abort,
   // on a transport error, and after CHORUS_TIMEOUT seconds without progress (naming the operation).
-  void waitUntil(const std::function<bool()>& done, const OpTag& tag) final;
+  void waitUntil(FunctionRef<bool()> done, const OpTag& tag) final;
   uint8_t* scratch(size_t bytes, int slot = 0) final;
   uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
@@ -68,7 +69,9 @@ class Comm : public algo::Context {
   uint64_t nextSendSeq(int peer) { return sendSeq_[peer]++; }
   uint64_t nextRecvSeq(int peer) { return recvSeq_[peer]++; }
 
-  // The previous AllReduce's algorithm (executing thread only), so that only changes are logged.
+  // The previous AllReduce's size and algorithm (executing thread only): a repeated size skips the cost model,
+  // and only changes are logged.
+  size_t lastAllReduceBytes = SIZE_MAX;
   int lastAllReduceChoice = -1;
 
   // ---- failure state ----

@@ -22,7 +22,7 @@ Executor::~Executor() {
   if (worker_.joinable()) worker_.join();
 }
 
-void Executor::execute(const Fn& fn, chorusResult_t* rc, std::string* msg) {
+void Executor::execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* msg) {
   log::LogRankScope scope(comm_.rank());
   try {
     comm_.throwIfFailed();
@@ -39,7 +39,7 @@ void Executor::execute(const Fn& fn, chorusResult_t* rc, std::string* msg) {
   }
 }
 
-void Executor::runBlocking(const Fn& fn) {
+void Executor::runBlocking(FunctionRef<void()> fn) {
   bool idle = false;
   if (queued_.load() == 0 && busy_.compare_exchange_strong(idle, true)) {  // the fast path: no lock
     chorusResult_t rc;

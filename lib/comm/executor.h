@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "lib/base/function_ref.h"
 
 struct chorusStream;
 
 namespace chorus {
 
 class Comm;
+
 
 class Executor {
  public:
@@ -29,7 +31,7 @@ class Executor {
   ~Executor();
 
   // Runs fn after all earlier work and returns when it is done; rethrows its chorus::Error.
-  void runBlocking(const Fn& fn);
+  void runBlocking(FunctionRef<void()> fn);
   // Queues fn and returns; each stream counts it as pending until it finishes.
   void enqueue(Fn fn, std::vector<chorusStream*> streams);
   // Waits until every queued operation has finished.
@@ -41,7 +43,7 @@ class Executor {
     std::vector<chorusStream*> streams;
     std::shared_ptr<struct Completion> done;  // set for a blocking caller waiting on the queue
   };
-  void execute(const Fn& fn, chorusResult_t* rc, std::string* msg);
+  void execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* msg);
   void releaseInline();  // after an operation ran on the caller's thread
   void workerLoop();
 

@@ -53,6 +53,38 @@ size_t blocks(unsigned char* d, const unsigned char* x, const unsigned char* y, 
   return i;
 }
 
+// Copies n < kMax <= 64 bytes with two overlapping moves of a fixed size: a variable-length memcpy is a libc
+// call, and the three of a tail were a third of the cost of reducing 8 bytes.
+template <size_t kMax>
+void copyShort(unsigned char* d, const unsigned char* s, size_t n) {
+  static_assert(kMax <= 64);
+  if constexpr (kMax > 32) {
+    if (n >= 32) {
+      __builtin_memcpy(d, s, 32);
+      __builtin_memcpy(d + n - 32, s + n - 32, 32);
+      return;
+    }
+  }
+  if constexpr (kMax > 16) {
+    if (n >= 16) {
+      __builtin_memcpy(d, s, 16);
+      __builtin_memcpy(d + n - 16, s + n - 16, 16);
+      return;
+    }
+  }
+  if (n >= 8) {
+    __builtin_memcpy(d, s, 8);
+    __builtin_memcpy(d + n - 8, s + n - 8, 8);
+  } else if (n >= 4) {
+    __builtin_memcpy(d, s, 4);
+    __builtin_memcpy(d + n - 4, s + n - 4, 4);
+  } else if (n > 0) {
+    d[0] = s[0];
+    d[n - 1] = s[n - 1];
+    if (n == 3) d[1] = s[1];
+  }
+}
+
 // Regular stores, any length: the tail runs the same vector code on zero-padded copies, so its results are
 // bit-identical to the body's.
 template <class Codec, class Op>
@@ -62,10 +94,10 @@ void span(unsigned char* d, const unsigned char* x, const unsigned char* y, size
   if (i < bytes) {
     alignas(64) unsigned char ta[kB] = {}, tb[kB] = {}, td[kB];
     const size_t rem = bytes - i;
-    __builtin_memcpy(ta, x + i, rem);
-    __builtin_memcpy(tb, y + i, rem);
+    copyShort<kB>(ta, x + i, rem);
+    copyShort<kB>(tb, y + i, rem);
     Codec::store(td, apply<Op>(Codec::load(ta), Codec::load(tb)));
-    __builtin_memcpy(d + i, td, rem);
+    copyShort<kB>(d + i, td, rem);
   }
 }
 
@@ -96,9 +128,9 @@ void scaleLoop(void* buf, size_t n, R dv) {
   if (i < bytes) {
     alignas(64) unsigned char t[kB] = {};
     const size_t rem = bytes - i;
-    __builtin_memcpy(t, p + i, rem);
+    copyShort<kB>(t, p + i, rem);
     Codec::store(t, apply1<Div>(Codec::load(t), dv));
-    __builtin_memcpy(p + i, t, rem);
+    copyShort<kB>(p + i, t, rem);
   }
 }
 
