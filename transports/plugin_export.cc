@@ -1,5 +1,6 @@
 #include "transports/plugin_export.h"
 
+#include <bit>
 #include <cstdio>
 #include <new>
 
@@ -26,7 +27,7 @@ Hosted* H(void* t) { return static_cast<Hosted*>(t); }
 
 Deadline deadlineOf(int64_t ns) { return Deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns))); }
 
-OpTag tagOf(const chorusPluginTag_v2* t) { return chorus::tagOf(*t); }
+OpTag tagOf(const chorusPluginTag_v2* t) { return std::bit_cast<OpTag>(*t); }  // same layout (plugin_host.cc)
 
 Request* reqOf(chorusPluginRequest_v2* r) { return reinterpret_cast<Request*>(r); }
 

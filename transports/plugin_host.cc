@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
@@ -46,9 +47,15 @@ int64_t ns(Deadline d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d.time_since_epoch()).count();
 }
 
-chorusPluginTag_v2 cTag(const OpTag& t) {
-  return {t.seq, t.count, t.root, static_cast<uint8_t>(t.kind), t.dtype, t.redop, 0};
-}
+static_assert(sizeof(OpTag) == sizeof(chorusPluginTag_v2) && offsetof(OpTag, seq) == offsetof(chorusPluginTag_v2, seq) &&
+              offsetof(OpTag, count) == offsetof(chorusPluginTag_v2, count) &&
+              offsetof(OpTag, root) == offsetof(chorusPluginTag_v2, root) &&
+              offsetof(OpTag, kind) == offsetof(chorusPluginTag_v2, kind) &&
+              offsetof(OpTag, dtype) == offsetof(chorusPluginTag_v2, dtype) &&
+              offsetof(OpTag, redop) == offsetof(chorusPluginTag_v2, redop) &&
+              offsetof(OpTag, pad) == offsetof(chorusPluginTag_v2, pad));
+// The same bytes: one copy, not a field-by-field conversion on every message.
+chorusPluginTag_v2 cTag(const OpTag& t) { return std::bit_cast<chorusPluginTag_v2>(t); }
 
 chorusPluginRequest_v2* cReq(Request* r) { return reinterpret_cast<chorusPluginRequest_v2*>(r); }
 

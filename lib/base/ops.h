@@ -23,6 +23,7 @@ struct OpTag {
   OpKind kind = OpKind::None;
   uint8_t dtype = 0;
   uint8_t redop = 0;
+  uint8_t pad = 0;  // explicit, so that the plugin ABI's tag (transports/plugin.h) is this struct bit for bit
   bool operator==(const OpTag&) const = default;
 };
 std::string describe(const OpTag& tag);  // "AllReduce #5 (count 10, float32, sum)"

@@ -52,6 +52,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   sendSeq_.assign(nranks, 0);
   recvSeq_.assign(nranks, 0);
   route_.assign(nranks, nullptr);
+  fuses_.assign(nranks, 0);
   connectPeers(boot.ranks, deadline);
   model_ = buildCostModel(*this, oversubscribed_);
   executor_ = std::make_unique<Executor>(*this);
@@ -156,6 +157,7 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
           descriptors_.begin());
       if (at == descriptors_.size()) fail(chorusInternalError, "{}: transport {} is not started here", name(), d->name);
       route_[p] = transports_[at].get();
+      fuses_[p] = d->traits.reducesOnReceive;
       if (std::find(inUse_.begin(), inUse_.end(), route_[p]) == inUse_.end()) inUse_.push_back(route_[p]);
       CHORUS_INFO(kInit, "{} -> {}: transport {}", name(), peer(p).name(), route_[p]->name());
     }

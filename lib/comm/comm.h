@@ -56,7 +56,7 @@ class Comm : public algo::Context {
   void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) final;
   bool irecvReduce(int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype, chorusRedOp_t op,
                    const OpTag& tag, Request* req) final {
-    return route_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
+    return fuses_[peer] && route_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
   }
   // Drives the transports until done() is true: spins CHORUS_SPIN_US, then sleeps in poll. Throws on abort,
   // on a transport error, and after CHORUS_TIMEOUT seconds without progress (naming the operation).
@@ -112,6 +112,7 @@ class Comm : public algo::Context {
   std::vector<int> hostOf_;
   ChunkSteps chunks_;  // the pipeline chunk by buffer size (chooseChunk)
   bool reduceOnReceive_ = false;
+  std::vector<uint8_t> fuses_;  // per peer: its link reduces while receiving (else irecvReduce need not ask)
   std::optional<transport::LinkTraits> localCost_;
   bool oversubscribed_ = false;  // this host runs more ranks than this process has cores
   algo::CostModel model_;
