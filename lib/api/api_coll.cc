@@ -2,7 +2,6 @@
 // calling thread (errors name the argument, its value and the rank), then issues or records the call.
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "lib/api/api_guard.h"
 #include "lib/comm/comm.h"
@@ -36,12 +35,12 @@ struct Check {
     if (r < 0 || r >= comm.nranks())
       bad(chorusInvalidArgument, "{}={} is outside [0, nranks={})", name, r, comm.nranks());
   }
-  // count * elemSize * factor, refusing overflow.
+  // count * elemSize * factor, refusing overflow (checked multiplies: a division per call costs more).
   size_t bytes(size_t count, size_t es, size_t factor, const char* countName) const {
-    if (count != 0 && (es > std::numeric_limits<size_t>::max() / factor ||
-                       count > std::numeric_limits<size_t>::max() / (es * factor)))
+    size_t perElem = 0, n = 0;
+    if (__builtin_mul_overflow(es, factor, &perElem) || __builtin_mul_overflow(count, perElem, &n))
       bad(chorusInvalidArgument, "{}={} elements of {} bytes overflows the address space", countName, count, es);
-    return count * es * factor;
+    return n;
   }
   void ptr(const void* p, const char* name, size_t nbytes) const {
     if (p == nullptr && nbytes > 0) bad(chorusInvalidArgument, "{} is NULL with {} bytes to access", name, nbytes);

@@ -205,10 +205,9 @@ void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
   Clock::time_point lastMove;  // set at the first look at the clock (idle == 16): most waits never need it
   const auto spin = microseconds(config_.spinUs);
   const auto yield = microseconds(config_.yieldUs);
-  const auto timeout = duration_cast<Clock::duration>(duration<double>(config_.timeoutSec));
   // Reading the clock costs more than a look at the transports: only every 16th time while spinning. With no
   // spin (more ranks than cores) the first idle look already yields: the peer we wait for may need our core.
-  const unsigned looks = spin.count() > 0 ? 16 : 1;
+  const unsigned looks = spin.count() > 0 ? 16 : 1;  // a power of two: counted with a mask, not a division
   unsigned idle = 0;  // progress() calls without movement
   bool spinning = true;
   while (!done()) {
@@ -219,7 +218,7 @@ void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
       spinning = true;
       continue;
     }
-    if (spinning && ++idle % looks != 0) continue;
+    if (spinning && (++idle & (looks - 1)) != 0) continue;
     auto now = Clock::now();
     if (idle == looks) {  // first look at the clock since something moved; looks + 1 keeps later looks from
       lastMove = now;     // resetting it (once spinning ends, idle stops counting)
@@ -231,7 +230,7 @@ void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
       sched_yield();
       continue;
     }
-    if (now - lastMove > timeout)
+    if (now - lastMove > duration_cast<Clock::duration>(duration<double>(config_.timeoutSec)))  // only this late
       fail(chorusTimeout, "{}: {} made no progress for {} s (CHORUS_TIMEOUT); a peer is stuck or unreachable",
            name(), describe(tag), config_.timeoutSec);
     sleepOnTransports();
