@@ -2,7 +2,7 @@
 # Chorus over UCX side by side with Open MPI over the same UCX (--mca pml ucx), with Chorus's own shm and tcp
 # transports, and with ucx_perftest's tagged bandwidth (the transport's ceiling, 2 processes), for each UCX_TLS
 # in TLS and each rank count in NRANKS: float32-sum allreduce sweeps with blocking calls (-z 1), round after
-# round, every program once per round in turn. Tables: scripts/peer_table.py over the rounds (the best run per
+# round, every program once per round, in an order that rotates from round to round. Tables: scripts/peer_table.py over the rounds (the best run per
 # size) and scripts/ucx_table.py (medians, ratios and the targets of the UCX issue). Stage "hosts": Chorus over
 # UCX (UCX_TLS=tcp) and over its own tcp across 2 simulated hosts of scripts/netns-cluster (RATE, DELAY_MS;
 # needs root), in the same rounds.
@@ -84,11 +84,18 @@ for run in $(seq 1 "$RUNS"); do
   fi
   [[ " $STAGES " == *" local "* ]] || continue
   for n in $NRANKS; do
-    chorus chorus-shm "$n"
-    chorus chorus-tcp "$n" CHORUS_SHM_DISABLE=1
+    jobs=("chorus chorus-shm $n" "chorus chorus-tcp $n CHORUS_SHM_DISABLE=1")
     for tls in $TLS; do
-      chorus "chorus-ucx-$tls" "$n" CHORUS_TRANSPORTS=ucx UCX_TLS="$tls" UCX_NET_DEVICES=lo
-      ompi_ucx "$tls" "$n"
+      jobs+=("chorus chorus-ucx-$tls $n CHORUS_TRANSPORTS=ucx UCX_TLS=$tls UCX_NET_DEVICES=lo" "ompi_ucx $tls $n")
+    done
+    # Every other round runs the order backwards, and every two rounds it rotates by one: where a program ran in
+    # the round moved its busbw by up to 2x over tcp (fifth session, docs/ucx-results.md).
+    k=${#jobs[@]} off=$(((run - 1) / 2))
+    for ((i = 0; i < k; i++)); do
+      j=$(((i + off) % k))
+      [ $((run % 2)) = 0 ] && j=$(((k - 1 - i + off) % k))
+      read -r -a job <<<"${jobs[$j]}"
+      "${job[@]}"
     done
   done
   for tls in $TLS; do perftest "$tls"; done
