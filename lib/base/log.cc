@@ -130,5 +130,4 @@ void write(Level level, uint32_t subsys, const std::string& text) {
                  levelName(level), subsysName(subsys), text);
 }
 
-
 }  // namespace chorus::log
