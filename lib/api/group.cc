@@ -49,14 +49,14 @@ std::function<void()> makeTask(Comm& comm, std::span<const CollArgs> calls) {
 
 }  // namespace
 
+// This thread's own groupStart raised the count before (program order), so a zero means no group here.
 int groupDepth() { return gOpenGroups.load(std::memory_order_relaxed) == 0 ? 0 : tGroup.depth; }
 void groupStart() {
   if (tGroup.depth++ == 0) gOpenGroups.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool groupRecord(Comm* comm, const CollArgs& args, chorusStream_t stream) {
-  // This thread's own groupStart raised the count before (program order), so a zero means no group here.
-  if (gOpenGroups.load(std::memory_order_relaxed) == 0 || tGroup.depth == 0) return false;
+  if (groupDepth() == 0) return false;
   tGroup.calls.push_back({comm, args, stream});
   return true;
 }

@@ -22,6 +22,8 @@ namespace detail {
 // costs one load and a compare, not a call.
 extern std::atomic<int> gVerbosity;
 bool enabledSlow(Level level, uint32_t subsys);
+// This thread's rank for log lines, -1 outside any call (initial-exec: a plain %fs load, no __tls_get_addr).
+[[gnu::tls_model("initial-exec")]] extern thread_local constinit int tRank;
 }  // namespace detail
 
 inline bool enabled(Level level, uint32_t subsys) {
@@ -30,11 +32,6 @@ inline bool enabled(Level level, uint32_t subsys) {
   return detail::enabledSlow(level, subsys);
 }
 void write(Level level, uint32_t subsys, const std::string& text);
-
-namespace detail {
-// This thread's rank for log lines, -1 outside any call (initial-exec: a plain %fs load, no __tls_get_addr).
-[[gnu::tls_model("initial-exec")]] extern thread_local constinit int tRank;
-}  // namespace detail
 
 // Marks the rank printed on this thread's log lines while in scope. Inline: it is entered on every call and
 // every crossing into a transport plugin.

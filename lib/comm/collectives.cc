@@ -73,6 +73,10 @@ void runOne(Comm& comm, const TaggedCall& c) {
   }
 }
 
+// False for a call with nothing to move. It still took its sequence number, so a rank that disagrees about the
+// count meets a mismatch at its next message.
+bool movesData(const CollArgs& a) { return a.count != 0 || a.kind == OpKind::Barrier; }
+
 // A group's Sends to self and Recvs from self pair up in order and become copies.
 void copySelfMessages(Comm& comm, std::span<const TaggedCall> calls) {
   std::vector<const CollArgs*> sends, recvs;
@@ -94,7 +98,7 @@ void copySelfMessages(Comm& comm, std::span<const TaggedCall> calls) {
 
 void runCalls(Comm& comm, std::span<const TaggedCall> calls) {
   if (calls.size() == 1 && calls[0].args.kind != OpKind::Send) {  // one collective, the common case
-    if (calls[0].args.count != 0 || calls[0].args.kind == OpKind::Barrier) runOne(comm, calls[0]);
+    if (movesData(calls[0].args)) runOne(comm, calls[0]);
     return;
   }
   copySelfMessages(comm, calls);
@@ -103,9 +107,7 @@ void runCalls(Comm& comm, std::span<const TaggedCall> calls) {
   p2p.reserve(static_cast<size_t>(std::count_if(calls.begin(), calls.end(), remote)));
   for (const TaggedCall& c : calls) {
     if (c.args.kind == OpKind::Send && c.args.root == comm.rank()) continue;
-    // Nothing to move; the call still took its sequence number, so a rank that disagrees about the count
-    // meets a mismatch at its next message.
-    if (c.args.count == 0 && c.args.kind != OpKind::Barrier) continue;
+    if (!movesData(c.args)) continue;
     if (c.args.kind == OpKind::Send) {
       p2p.emplace_back();
       algo::postPointToPoint(comm, c.tag, c.args, &p2p.back());

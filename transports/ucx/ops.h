@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -118,6 +119,13 @@ inline void postSend(Part& part, ucp_ep_h ep, const void* buf, size_t len, uint6
   if (r == nullptr) partDone(&part, UCS_OK, len);
   else if (UCS_PTR_IS_ERR(r)) partDone(&part, UCS_PTR_STATUS(r), 0);
   else part.req = r;
+}
+
+// A copied message: header, then payload, into dst (room for kHeaderBytes + len). Returns the message's size.
+inline size_t packCopied(uint8_t* dst, const WireHeader& h, const void* payload, size_t len) {
+  std::memcpy(dst, &h, kHeaderBytes);
+  if (len > 0) std::memcpy(dst + kHeaderBytes, payload, len);
+  return kHeaderBytes + len;
 }
 
 // Sends a message only if UCX can copy it out before returning (its inline path, within UCX's eager-short

@@ -170,9 +170,7 @@ class UcxTransport final : public Transport {
     const uint64_t t = tagFor(kDataClass, setup_.rank);
     if (len <= kInlineBytes) {  // UCX copies it out at once, or says it cannot: then it takes the path below
       alignas(8) uint8_t stage[kHeaderBytes + kInlineBytes];
-      std::memcpy(stage, &h, kHeaderBytes);
-      if (len > 0) std::memcpy(stage + kHeaderBytes, buf, len);
-      if (sendAtOnce(p.ep.get(), stage, kHeaderBytes + len, t) == UCS_OK) {
+      if (sendAtOnce(p.ep.get(), stage, packCopied(stage, h, buf, len), t) == UCS_OK) {
         req->done = true;
         return;
       }
@@ -180,9 +178,7 @@ class UcxTransport final : public Transport {
     req->done = false;
     Op& op = takeOp(Role::Send, &p, req, static_cast<uint8_t*>(const_cast<void*>(buf)), len, tag);
     if (len <= kCopyBytes) {
-      std::memcpy(op.bounce.get(), &h, kHeaderBytes);
-      if (len > 0) std::memcpy(op.bounce.get() + kHeaderBytes, buf, len);
-      postSend(op.parts[0], p.ep.get(), op.bounce.get(), kHeaderBytes + len, t);
+      postSend(op.parts[0], p.ep.get(), op.bounce.get(), packCopied(op.bounce.get(), h, buf, len), t);
     } else {
       op.header = h;
       postSend(op.parts[0], p.ep.get(), &op.header, kHeaderBytes, t);
