@@ -3,7 +3,6 @@
 // p(n-1) -> ... -> root. The buffer is cut into chunks of CHORUS_CHUNK_BYTES so that every link is busy at
 // once; a chain (not a cycle) cannot deadlock even when a rank holds a staging slot until its send is done.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "algorithms/collective.h"
@@ -31,7 +30,7 @@ void chainBroadcast(Context& ctx, const OpTag& tag, const CollArgs& a) {
   const size_t es = kernels::dataTypeSize(a.dtype), bytes = a.count * es;
   auto out = static_cast<uint8_t*>(a.recvbuff);
   const int pos = mod(r - a.root, n);
-  if (pos == 0 && a.sendbuff != a.recvbuff) std::memmove(out, a.sendbuff, bytes);
+  if (pos == 0) a.space.copy(out, a.sendbuff, bytes);
   if (n == 1) return;
   const size_t C = chunkCount(ctx, bytes, es), elems = a.count;
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
@@ -57,10 +56,7 @@ void chainReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
   const int pos = mod(r - a.root, n);
-  if (n == 1) {
-    if (in != out) std::memmove(out, in, bytes);
-    return;
-  }
+  if (n == 1) return a.space.copy(out, in, bytes);
   const size_t C = chunkCount(ctx, bytes, es), elems = a.count;
   const size_t slotBytes = ((elems + C - 1) / C) * es;
   const int toward = mod(r - 1, n), from = mod(r + 1, n);
@@ -80,7 +76,7 @@ void chainReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
     return;
   }
   // Receive into a slot, reduce with our input, then forward the slot (middle) or land in recvbuff (root).
-  uint8_t* slots = ctx.scratch(slotBytes * kSlots, 0);
+  uint8_t* slots = ctx.scratch(a.space, slotBytes * kSlots, 0);
   std::vector<Request> recvs(C), sends(root ? 0 : C);
   std::vector<int> slotOf(C, -1), freeSlots;
   for (int i = kSlots - 1; i >= 0; --i) freeSlots.push_back(i);
@@ -101,11 +97,11 @@ void chainReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
       range(processed, &b, &len);
       uint8_t* slot = slots + static_cast<size_t>(slotOf[processed]) * slotBytes;
       if (root) {
-        kernels::reduce(out + b, in + b, slot, len / es, a.dtype, a.op);
-        if (a.op == chorusAvg) kernels::scaleDivide(out + b, len / es, a.dtype, n);
+        a.space.reduce(out + b, in + b, slot, len / es, a.dtype, a.op);
+        if (a.op == chorusAvg) a.space.scaleDivide(out + b, len / es, a.dtype, n);
         freeSlots.push_back(slotOf[processed]);
       } else {
-        kernels::reduce(slot, in + b, slot, len / es, a.dtype, a.op);
+        a.space.reduce(slot, in + b, slot, len / es, a.dtype, a.op);
         ctx.isend(toward, slot, len, tag, &sends[processed]);
       }
       ++processed;

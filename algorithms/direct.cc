@@ -1,7 +1,6 @@
 // Operations where every rank talks to its peers directly: AllReduce of tiny messages, AllToAll, Send/Recv
 // and the barrier.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "algorithms/collective.h"
@@ -35,7 +34,7 @@ void directAllToAll(Context& ctx, const OpTag& tag, const CollArgs& a) {
   const size_t block = a.count * kernels::dataTypeSize(a.dtype);
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
-  std::memcpy(out + static_cast<size_t>(r) * block, in + static_cast<size_t>(r) * block, block);
+  a.space.copy(out + static_cast<size_t>(r) * block, in + static_cast<size_t>(r) * block, block);
   exchangeWithEveryPeer(
       ctx, tag, block, [&](int to) { return in + static_cast<size_t>(to) * block; },
       [&](int from) { return out + static_cast<size_t>(from) * block; });
@@ -48,18 +47,18 @@ void directAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
   const int n = ctx.nranks(), r = ctx.rank();
   const size_t es = kernels::dataTypeSize(a.dtype), bytes = a.count * es;
   auto out = static_cast<uint8_t*>(a.recvbuff);
-  if (n == 1) {
-    if (a.sendbuff != a.recvbuff) std::memmove(out, a.sendbuff, bytes);
-    return;
-  }
-  uint8_t* all = ctx.scratch(bytes * static_cast<size_t>(n), 2);  // contribution of rank q at q * bytes
-  std::memcpy(all + static_cast<size_t>(r) * bytes, a.sendbuff, bytes);
+  if (n == 1) return a.space.copy(out, a.sendbuff, bytes);
+  uint8_t* all = ctx.scratch(a.space, bytes * static_cast<size_t>(n), 2);  // contribution of rank q at q * bytes
+  a.space.copy(all + static_cast<size_t>(r) * bytes, a.sendbuff, bytes);
   exchangeWithEveryPeer(
       ctx, tag, bytes, [&](int) { return all + static_cast<size_t>(r) * bytes; },
       [&](int from) { return all + static_cast<size_t>(from) * bytes; });
-  kernels::reduce(out, all, all + bytes, a.count, a.dtype, a.op);
-  for (int q = 2; q < n; ++q) kernels::reduce(out, out, all + static_cast<size_t>(q) * bytes, a.count, a.dtype, a.op);
-  if (a.op == chorusAvg) kernels::scaleDivide(out, a.count, a.dtype, n);
+  const void* few[16];
+  std::vector<const void*> many;
+  const void** srcs = n <= 16 ? few : (many.resize(static_cast<size_t>(n)), many.data());
+  for (int q = 0; q < n; ++q) srcs[q] = all + static_cast<size_t>(q) * bytes;
+  a.space.reduceN(out, srcs, n, a.count, a.dtype, a.op);
+  if (a.op == chorusAvg) a.space.scaleDivide(out, a.count, a.dtype, n);
 }
 
 void disseminationBarrier(Context& ctx, const OpTag& tag) {

@@ -40,13 +40,13 @@ class PowerOfTwoFold {
       return false;
     }
     Request v;
-    if (ctx.irecvReduce(rank_ - 1, out, out, bytes, a.dtype, a.op, tag, &v)) {
+    if (ctx.irecvReduce(a.space, rank_ - 1, out, out, bytes, a.dtype, a.op, tag, &v)) {
       ctx.wait(v, tag);
       return true;
     }
     ctx.irecv(rank_ - 1, tmp, bytes, tag, &v);
     ctx.wait(v, tag);
-    kernels::reduce(out, out, tmp, a.count, a.dtype, a.op);
+    a.space.reduce(out, out, tmp, a.count, a.dtype, a.op);
     return true;
   }
 

@@ -6,7 +6,6 @@
 // `mask` and sends the other half to active ^ mask. Every block is reduced by exactly one rank and then only
 // copied, so all ranks end with bitwise identical values.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "algorithms/collective.h"
@@ -33,7 +32,7 @@ void exchange(Context& ctx, const OpTag& tag, const CollArgs& a, int peer, size_
     if (staging == nullptr) {
       ctx.irecv(peer, keep + at, len, tag, &recvs[i]);
     } else {
-      fused[i] = ctx.irecvReduce(peer, keep + at, keep + at, len, a.dtype, a.op, tag, &recvs[i]);
+      fused[i] = ctx.irecvReduce(a.space, peer, keep + at, keep + at, len, a.dtype, a.op, tag, &recvs[i]);
       if (!fused[i]) ctx.irecv(peer, staging + at, len, tag, &recvs[i]);
     }
   }
@@ -44,7 +43,7 @@ void exchange(Context& ctx, const OpTag& tag, const CollArgs& a, int peer, size_
   for (size_t i = 0; i < nRecv; ++i) {
     ctx.wait(recvs[i], tag);
     const size_t at = i * piece, len = std::min(piece, keepBytes - std::min(keepBytes, at));
-    if (staging != nullptr && !fused[i]) kernels::reduce(keep + at, keep + at, staging + at, len / es, a.dtype, a.op);
+    if (staging != nullptr && !fused[i]) a.space.reduce(keep + at, keep + at, staging + at, len / es, a.dtype, a.op);
   }
   ctx.waitUntil([&] { return std::all_of(sends.begin(), sends.end(), [](const Request& q) { return q.done; }); },
                  tag);
@@ -56,12 +55,12 @@ void halvingDoublingAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a)
   const int n = ctx.nranks(), r = ctx.rank();
   const size_t es = kernels::dataTypeSize(a.dtype), bytes = a.count * es;
   auto out = static_cast<uint8_t*>(a.recvbuff);
-  if (a.sendbuff != a.recvbuff) std::memmove(out, a.sendbuff, bytes);
+  a.space.copy(out, a.sendbuff, bytes);
   if (n == 1) return;
   const PowerOfTwoFold fold(n, r);
   const int p = fold.p(), active = fold.active();
   auto off = [&](int block) { return segmentOffset(a.count, p, block) * es; };
-  uint8_t* tmp = ctx.scratch(bytes, 2);
+  uint8_t* tmp = ctx.scratch(a.space, bytes, 2);
   if (!fold.foldIn(ctx, tag, a, out, tmp)) return;
 
   // Each exchange travels in pieces of the pipeline chunk: over TCP, messages of 128K and up are much slower
@@ -78,7 +77,7 @@ void halvingDoublingAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a)
     lo = keepLo;
     hi = keepHi;
   }
-  if (a.op == chorusAvg) kernels::scaleDivide(out + off(lo), (off(hi) - off(lo)) / es, a.dtype, n);
+  if (a.op == chorusAvg) a.space.scaleDivide(out + off(lo), (off(hi) - off(lo)) / es, a.dtype, n);
   for (int mask = 1; mask < p; mask *= 2) {
     const int peer = fold.realRank(active ^ mask), size = hi - lo;
     const bool upper = (active & mask) != 0;

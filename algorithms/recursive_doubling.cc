@@ -3,8 +3,6 @@
 // exchanges with a XOR 2^k at step k.
 // Both partners combine the same two partial results, and IEEE addition/multiplication are commutative, so
 // every rank ends with bitwise the same values.
-#include <cstring>
-
 #include "algorithms/collective.h"
 #include "algorithms/fold.h"
 #include "lib/kernels/reduce.h"
@@ -15,10 +13,10 @@ void recursiveDoublingAllReduce(Context& ctx, const OpTag& tag, const CollArgs& 
   const int n = ctx.nranks(), r = ctx.rank();
   const size_t es = kernels::dataTypeSize(a.dtype), bytes = a.count * es;
   auto out = static_cast<uint8_t*>(a.recvbuff);
-  if (a.sendbuff != a.recvbuff) std::memmove(out, a.sendbuff, bytes);
+  a.space.copy(out, a.sendbuff, bytes);
   if (n == 1) return;
   const PowerOfTwoFold fold(n, r);
-  uint8_t* tmp = ctx.scratch(bytes, 2);
+  uint8_t* tmp = ctx.scratch(a.space, bytes, 2);
   if (!fold.foldIn(ctx, tag, a, out, tmp)) return;
   for (int mask = 1; mask < fold.p(); mask <<= 1) {
     const int peer = fold.realRank(fold.active() ^ mask);
@@ -26,12 +24,12 @@ void recursiveDoublingAllReduce(Context& ctx, const OpTag& tag, const CollArgs& 
     ctx.isend(peer, out, bytes, tag, &s);
     // Reducing into `out` while it is received is only safe once the send no longer reads it (a transport
     // that copies eagerly, shm, is usually done already); otherwise stage in tmp.
-    const bool fused = s.done && ctx.irecvReduce(peer, out, out, bytes, a.dtype, a.op, tag, &v);
+    const bool fused = s.done && ctx.irecvReduce(a.space, peer, out, out, bytes, a.dtype, a.op, tag, &v);
     if (!fused) ctx.irecv(peer, tmp, bytes, tag, &v);
     ctx.waitUntil([&] { return s.done && v.done; }, tag);
-    if (!fused) kernels::reduce(out, out, tmp, a.count, a.dtype, a.op);
+    if (!fused) a.space.reduce(out, out, tmp, a.count, a.dtype, a.op);
   }
-  if (a.op == chorusAvg) kernels::scaleDivide(out, a.count, a.dtype, n);
+  if (a.op == chorusAvg) a.space.scaleDivide(out, a.count, a.dtype, n);
   fold.foldOut(ctx, tag, a, out);
 }
 

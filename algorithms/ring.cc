@@ -20,7 +20,6 @@
 //  * memory a receive will overwrite is never still being sent: data for it arrives only after the peer
 //    received (hence this rank finished sending) everything it depends on.
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -42,6 +41,7 @@ struct RingJob {
   size_t elemSize = 0;
   chorusDataType_t dtype = chorusFloat32;
   chorusRedOp_t op = chorusSum;
+  mem::Space space;
   std::function<size_t(int)> segLen;
   std::function<const uint8_t*(int)> input;  // own contribution of a segment
   std::function<uint8_t*(int)> partial;      // where an intermediate reduction lands
@@ -58,7 +58,7 @@ void runRing(Context& ctx, const OpTag& tag, const RingJob& job) {
   const size_t C = std::max<size_t>(1, (maxSeg + chunkElems - 1) / chunkElems);
   const size_t slotBytes = ((maxSeg + C - 1) / C) * es;
   const size_t K = static_cast<size_t>(job.steps) * C;
-  uint8_t* slots = ctx.scratch(slotBytes * kSlots, 0);
+  uint8_t* slots = ctx.scratch(job.space, slotBytes * kSlots, 0);
 
   std::vector<Request> sendReq(K), recvReq(K);
   std::vector<int> slotOf(K, -1);
@@ -113,8 +113,8 @@ void runRing(Context& ctx, const OpTag& tag, const RingJob& job) {
         slotOf[recvPosted] = freeSlots.back();
         freeSlots.pop_back();
         // Fused when the transport can: the chunk is reduced as it arrives, and the slot is only a ticket.
-        if (!ctx.irecvReduce(prev, landing(j, seg) + off, job.input(seg) + off, len, job.dtype, job.op, tag,
-                              &recvReq[recvPosted])) {
+        if (!ctx.irecvReduce(job.space, prev, landing(j, seg) + off, job.input(seg) + off, len, job.dtype, job.op,
+                             tag, &recvReq[recvPosted])) {
           fused[recvPosted] = false;
           ctx.irecv(prev, slots + static_cast<size_t>(slotOf[recvPosted]) * slotBytes, len, tag,
                      &recvReq[recvPosted]);
@@ -133,8 +133,8 @@ void runRing(Context& ctx, const OpTag& tag, const RingJob& job) {
     chunkRange(seg, c, &off, &len);
     uint8_t* slot = slots + static_cast<size_t>(slotOf[k]) * slotBytes;
     uint8_t* dst = landing(j, seg) + off;
-    if (!fused[k]) kernels::reduce(dst, job.input(seg) + off, slot, len / es, job.dtype, job.op);
-    if (j == job.reduceSteps - 1 && job.op == chorusAvg) kernels::scaleDivide(dst, len / es, job.dtype, n);
+    if (!fused[k]) job.space.reduce(dst, job.input(seg) + off, slot, len / es, job.dtype, job.op);
+    if (j == job.reduceSteps - 1 && job.op == chorusAvg) job.space.scaleDivide(dst, len / es, job.dtype, n);
     freeSlots.push_back(slotOf[k]);
   };
 
@@ -156,16 +156,14 @@ void ringAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
   const size_t es = kernels::dataTypeSize(a.dtype);
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
-  if (n == 1) {
-    if (in != out) std::memmove(out, in, a.count * es);
-    return;
-  }
+  if (n == 1) return a.space.copy(out, in, a.count * es);
   RingJob job;
   job.steps = 2 * (n - 1);
   job.reduceSteps = n - 1;
   job.elemSize = es;
   job.dtype = a.dtype;
   job.op = a.op;
+  job.space = a.space;
   job.segLen = [&](int s) { return segmentLength(a.count, n, s); };
   job.input = [&](int s) { return in + segmentOffset(a.count, n, s) * es; };
   job.output = [&](int s) { return out + segmentOffset(a.count, n, s) * es; };
@@ -179,13 +177,10 @@ void ringReduceScatter(Context& ctx, const OpTag& tag, const CollArgs& a) {
   const size_t block = a.count * es;
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
-  if (n == 1) {
-    if (in != out) std::memmove(out, in, block);
-    return;
-  }
+  if (n == 1) return a.space.copy(out, in, block);
   // Intermediate partial sums need a home of their own: the input is const and only this rank's block of the
   // output exists. Indexed by segment for simplicity (two segments' worth are never used).
-  uint8_t* partials = ctx.scratch(block * static_cast<size_t>(n), 1);
+  uint8_t* partials = ctx.scratch(a.space, block * static_cast<size_t>(n), 1);
   RingJob job;
   job.steps = n - 1;
   job.reduceSteps = n - 1;
@@ -193,6 +188,7 @@ void ringReduceScatter(Context& ctx, const OpTag& tag, const CollArgs& a) {
   job.elemSize = es;
   job.dtype = a.dtype;
   job.op = a.op;
+  job.space = a.space;
   job.segLen = [&](int) { return a.count; };
   job.input = [&](int s) { return in + static_cast<size_t>(s) * block; };
   job.partial = [&](int s) { return partials + static_cast<size_t>(s) * block; };
@@ -207,13 +203,14 @@ void ringAllGather(Context& ctx, const OpTag& tag, const CollArgs& a) {
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
   uint8_t* mine = out + static_cast<size_t>(r) * block;
-  if (in != mine) std::memmove(mine, in, block);
+  a.space.copy(mine, in, block);
   if (n == 1) return;
   RingJob job;
   job.steps = n - 1;
   job.reduceSteps = 0;
   job.elemSize = es;
   job.dtype = a.dtype;
+  job.space = a.space;
   job.segLen = [&](int) { return a.count; };
   job.input = [&](int s) { return out + static_cast<size_t>(s) * block; };
   job.output = [&](int s) { return out + static_cast<size_t>(s) * block; };

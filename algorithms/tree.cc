@@ -111,7 +111,7 @@ void treeAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
   size_t slotBytes = 0;
   for (int t = 0; t < 2; ++t)
     if (C[t] > 0) slotBytes = std::max(slotBytes, ((len[t] + C[t] - 1) / C[t]) * es);
-  uint8_t* slots = ctx.scratch(slotBytes * kSlots, 0);
+  uint8_t* slots = ctx.scratch(a.space, slotBytes * kSlots, 0);
 
   const int depth[2] = {hostTreeDepth(ctx.hostOf(), r, 0), hostTreeDepth(ctx.hostOf(), r, 1)};
   auto upKey = [](size_t c, int t, int d) { return Key{0, c, -d, t}; };
@@ -153,7 +153,7 @@ void treeAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
     if (links[t].parent >= 0) return;
     size_t off, bytes;
     range(t, c, &off, &bytes);
-    if (a.op == chorusAvg) kernels::scaleDivide(out + off, bytes / es, a.dtype, n);
+    if (a.op == chorusAvg) a.space.scaleDivide(out + off, bytes / es, a.dtype, n);
     resultHere[t][c] = 1;
   };
 
@@ -181,7 +181,8 @@ void treeAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
             ++upGranted;
             m.slot = freeSlots.back();
             freeSlots.pop_back();
-            m.fused = m.child == 0 && ctx.irecvReduce(m.peer, out + off, in + off, bytes, a.dtype, a.op, tag, &m.req);
+            m.fused = m.child == 0 &&
+                      ctx.irecvReduce(a.space, m.peer, out + off, in + off, bytes, a.dtype, a.op, tag, &m.req);
             if (!m.fused) ctx.irecv(m.peer, slots + static_cast<size_t>(m.slot) * slotBytes, bytes, tag, &m.req);
           } else {
             ctx.irecv(m.peer, out + off, bytes, tag, &m.req);
@@ -216,7 +217,7 @@ void treeAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
         Recv& v = recvs[first + k2];
         if (!v.fused) {
           const uint8_t* acc = k2 == 0 ? in + off : out + off;
-          kernels::reduce(out + off, acc, slots + static_cast<size_t>(v.slot) * slotBytes, bytes / es, a.dtype, a.op);
+          a.space.reduce(out + off, acc, slots + static_cast<size_t>(v.slot) * slotBytes, bytes / es, a.dtype, a.op);
         }
         freeSlots.push_back(v.slot);
       }

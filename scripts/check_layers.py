@@ -9,11 +9,12 @@ import sys
 
 # Each layer: the folder prefixes it may include from (its own always). Longest prefix wins, so a sub-folder
 # can be stricter than its parent.
-FOUNDATIONS = ["include/chorus/", "lib/kernels/", "lib/base/"]
+FOUNDATIONS = ["include/chorus/", "lib/kernels/", "lib/mem/", "lib/base/"]
 LAYERS = {
     "include/chorus/": ["include/chorus/"],
     "lib/kernels/": ["include/chorus/"],
-    "lib/base/": ["include/chorus/", "lib/kernels/"],
+    "lib/mem/": ["include/chorus/", "lib/kernels/"],
+    "lib/base/": ["include/chorus/", "lib/kernels/", "lib/mem/"],
     "transports/": FOUNDATIONS,
     "algorithms/": FOUNDATIONS,
     "lib/comm/": FOUNDATIONS + ["transports/", "algorithms/"],

@@ -7,6 +7,7 @@
 #include "lib/comm/comm.h"
 #include "lib/api/group.h"
 #include "lib/kernels/reduce.h"
+#include "lib/mem/space.h"
 #include "lib/api/registry.h"
 
 using namespace chorus;
@@ -45,6 +46,22 @@ struct Check {
   void ptr(const void* p, const char* name, size_t nbytes) const {
     if (p == nullptr && nbytes > 0) bad(chorusInvalidArgument, "{} is NULL with {} bytes to access", name, nbytes);
   }
+  // Where the call's buffers live (Note [Memory spaces]): host memory or the communicator's device, both in the
+  // same one. A buffer the call does not use is passed as nullptr.
+  mem::Space space(const void* send, const void* recv) const {
+    const mem::Space s = mem::classify(send), r = mem::classify(recv);
+    if (s == r) return fits(s, "sendbuff", send);
+    if (send != nullptr && recv != nullptr)
+      bad(chorusInvalidArgument, "sendbuff {} is {} memory but recvbuff {} is {} memory: both must be in one memory "
+          "space", send, s.name(), recv, r.name());
+    return send != nullptr ? fits(s, "sendbuff", send) : fits(r, "recvbuff", recv);
+  }
+  const mem::Space& fits(const mem::Space& s, const char* name, const void* p) const {
+    if (!s.isHost() && s != comm.space())
+      bad(chorusInvalidArgument, "{} {} is {} memory, but this communicator works on {}{}", name, p, s.name(),
+          comm.space().name(), comm.space().isHost() ? " memory only (no device was current at its creation)" : "");
+    return s;
+  }
   // Buffers must be disjoint unless send begins exactly at inPlaceAt (the NCCL in-place position).
   void overlap(const void* send, size_t sendBytes, const void* recv, size_t recvBytes, const void* inPlaceAt) const {
     auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
@@ -81,7 +98,7 @@ chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t coun
     c.ptr(sendbuff, "sendbuff", n);
     c.ptr(recvbuff, "recvbuff", n);
     c.overlap(sendbuff, n, recvbuff, n, recvbuff);
-    return CollArgs{OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, false};
+    return CollArgs{OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, false, c.space(sendbuff, recvbuff)};
   });
 }
 
@@ -95,7 +112,8 @@ chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t coun
       c.overlap(sendbuff, n, recvbuff, n, recvbuff);
     }
     c.ptr(recvbuff, "recvbuff", n);
-    return CollArgs{OpKind::Broadcast, sendbuff, recvbuff, count, datatype, chorusSum, root, false};
+    return CollArgs{OpKind::Broadcast, sendbuff, recvbuff, count, datatype, chorusSum, root, false,
+                    c.space(c.comm.rank() == root ? sendbuff : nullptr, recvbuff)};
   });
 }
 
@@ -110,7 +128,8 @@ chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count, 
       c.ptr(recvbuff, "recvbuff (on the root)", n);
       c.overlap(sendbuff, n, recvbuff, n, recvbuff);
     }
-    return CollArgs{OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root, false};
+    return CollArgs{OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root, false,
+                    c.space(sendbuff, c.comm.rank() == root ? recvbuff : nullptr)};
   });
 }
 
@@ -123,7 +142,8 @@ chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t send
     c.ptr(sendbuff, "sendbuff", n);
     c.ptr(recvbuff, "recvbuff", total);
     c.overlap(sendbuff, n, recvbuff, total, static_cast<const char*>(recvbuff) + static_cast<size_t>(c.comm.rank()) * n);
-    return CollArgs{OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype, chorusSum, -1, false};
+    return CollArgs{OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype, chorusSum, -1, false,
+                    c.space(sendbuff, recvbuff)};
   });
 }
 
@@ -139,7 +159,8 @@ chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t 
     // In place means recvbuff == sendbuff + rank*recvcount; express it as "send starts where it must".
     const char* inPlaceSend = static_cast<const char*>(recvbuff) - static_cast<size_t>(c.comm.rank()) * n;
     c.overlap(sendbuff, total, recvbuff, n, inPlaceSend);
-    return CollArgs{OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, -1, false};
+    return CollArgs{OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, -1, false,
+                    c.space(sendbuff, recvbuff)};
   });
 }
 
@@ -150,7 +171,8 @@ chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count
     c.ptr(sendbuff, "sendbuff", total);
     c.ptr(recvbuff, "recvbuff", total);
     c.overlap(sendbuff, total, recvbuff, total, nullptr);
-    return CollArgs{OpKind::AllToAll, sendbuff, recvbuff, count, datatype, chorusSum, -1, false};
+    return CollArgs{OpKind::AllToAll, sendbuff, recvbuff, count, datatype, chorusSum, -1, false,
+                    c.space(sendbuff, recvbuff)};
   });
 }
 
@@ -162,7 +184,8 @@ chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t d
     if (peer == c.comm.rank() && groupDepth() == 0)
       c.bad(chorusInvalidUsage, "peer={} is this rank itself: a Send to self needs its Recv in the same group", peer);
     c.ptr(sendbuff, "sendbuff", n);
-    return CollArgs{OpKind::Send, sendbuff, nullptr, count, datatype, chorusSum, peer, false};
+    return CollArgs{OpKind::Send, sendbuff, nullptr, count, datatype, chorusSum, peer, false,
+                    c.space(sendbuff, nullptr)};
   });
 }
 
@@ -174,13 +197,14 @@ chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatyp
     if (peer == c.comm.rank() && groupDepth() == 0)
       c.bad(chorusInvalidUsage, "peer={} is this rank itself: a Recv from self needs its Send in the same group", peer);
     c.ptr(recvbuff, "recvbuff", n);
-    return CollArgs{OpKind::Send, nullptr, recvbuff, count, datatype, chorusSum, peer, true};
+    return CollArgs{OpKind::Send, nullptr, recvbuff, count, datatype, chorusSum, peer, true,
+                    c.space(nullptr, recvbuff)};
   });
 }
 
 chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream) {
   return submit(comm, "chorusBarrier", stream, [&](const Check&) {
-    return CollArgs{OpKind::Barrier, nullptr, nullptr, 0, chorusUint8, chorusSum, -1, false};
+    return CollArgs{OpKind::Barrier, nullptr, nullptr, 0, chorusUint8, chorusSum, -1, false, {}};
   });
 }
 

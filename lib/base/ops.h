@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "lib/mem/space.h"
 
 namespace chorus {
 
@@ -57,6 +58,7 @@ struct CollArgs {
   chorusRedOp_t op = chorusSum;
   int root = -1;  // Broadcast/Reduce root, or the peer of a Send/Recv
   bool isRecv = false;  // Send kind only: this side receives
+  mem::Space space;  // where sendbuff and recvbuff live (classified once, at the API)
 };
 
 // A pipeline chunk by size: steps of ascending fromBytes, the first from 0; a size takes the chunk of the last

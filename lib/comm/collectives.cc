@@ -1,7 +1,6 @@
 #include "lib/comm/collectives.h"
 
 #include <algorithm>
-#include <cstring>
 #include <deque>
 
 #include "lib/base/error.h"
@@ -90,7 +89,7 @@ void copySelfMessages(Comm& comm, std::span<const TaggedCall> calls) {
     if (s.count != r.count || s.dtype != r.dtype)
       fail(chorusInvalidUsage, "{}: Send #{} to self has count {} ({}) but its Recv from self has count {} ({})",
            comm.name(), i, s.count, kernels::dataTypeName(s.dtype), r.count, kernels::dataTypeName(r.dtype));
-    if (s.count > 0) std::memmove(r.recvbuff, s.sendbuff, s.count * kernels::dataTypeSize(s.dtype));
+    (r.space.isHost() ? s.space : r.space).copy(r.recvbuff, s.sendbuff, s.count * kernels::dataTypeSize(s.dtype));
   }
 }
 

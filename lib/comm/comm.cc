@@ -64,7 +64,9 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
               "AllToAll/Send/Recv direct; Barrier dissemination", choices);
 }
 
-Comm::~Comm() = default;
+Comm::~Comm() {
+  for (const DeviceScratch& s : deviceScratch_) s.device->release(s.p);
+}
 
 // Busy spinning only pays when the peer we wait for has a core of its own. With more ranks on this host than
 // cores (the normal case of tests here) a spinning rank steals the time slice of the rank it waits for, so it
@@ -237,7 +239,20 @@ void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
   }
 }
 
-uint8_t* Comm::scratch(size_t bytes, int slot) {
+uint8_t* Comm::scratch(const mem::Space& space, size_t bytes, int slot) {
+  if (!space.isHost()) {
+    auto it = std::find_if(deviceScratch_.begin(), deviceScratch_.end(),
+                           [&](const DeviceScratch& s) { return s.device == space.device() && s.slot == slot; });
+    if (it == deviceScratch_.end()) it = deviceScratch_.insert(it, {space.device(), slot, nullptr, 0});
+    if (it->bytes < bytes) {
+      if (it->p != nullptr) it->device->release(it->p);
+      it->p = nullptr;
+      it->bytes = 0;
+      it->p = it->device->allocate(bytes);
+      it->bytes = bytes;
+    }
+    return static_cast<uint8_t*>(it->p);
+  }
   if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(slot + 1);
   auto& s = scratch_[slot];
   if (s.size() < bytes) {

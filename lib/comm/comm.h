@@ -48,20 +48,22 @@ class Comm : public algo::Context {
   const std::optional<transport::LinkTraits>& localLink() const { return localCost_; }
   // AUTO's predictions (algorithms/cost_model.h), built at creation (lib/tuning.h).
   const algo::CostModel& costModel() const { return model_; }
+  // The memory a call's buffers may be in besides host memory: the device current at creation (host: none).
+  const mem::Space& space() const { return space_; }
   std::string name() const { return peer(rank()).name(); }
   Executor& executor() { return *executor_; }
 
   // ---- algo::Context, for algorithms (executing thread only) ----
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) final;
   void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) final;
-  bool irecvReduce(int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype, chorusRedOp_t op,
-                   const OpTag& tag, Request* req) final {
-    return fuses_[peer] && route_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
+  bool irecvReduce(const mem::Space& space, int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype,
+                   chorusRedOp_t op, const OpTag& tag, Request* req) final {
+    return space.isHost() && fuses_[peer] && route_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
   }
   // Drives the transports until done() is true: spins CHORUS_SPIN_US, then sleeps in poll. Throws on abort,
   // on a transport error, and after CHORUS_TIMEOUT seconds without progress (naming the operation).
   void waitUntil(FunctionRef<bool()> done, const OpTag& tag) final;
-  uint8_t* scratch(size_t bytes, int slot = 0) final;
+  uint8_t* scratch(const mem::Space& space, size_t bytes, int slot = 0) final;
   uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
   // ---- sequence numbers, taken at enqueue time so tags follow issue order ----
@@ -104,6 +106,7 @@ class Comm : public algo::Context {
   void chooseChunk(const std::vector<const transport::Descriptor*>& used);
 
   Config config_;
+  mem::Space space_ = mem::currentSpace();
   transport::Setup setup_;
   std::vector<std::unique_ptr<transport::Transport>> transports_;  // in this rank's order of preference
   std::vector<const transport::Descriptor*> descriptors_;         // of each of transports_
@@ -128,7 +131,14 @@ class Comm : public algo::Context {
   std::string lastErrorOut_;
   uint64_t collSeq_ = 0;
   std::vector<uint64_t> sendSeq_, recvSeq_;
-  std::vector<std::vector<uint8_t>> scratch_;
+  std::vector<std::vector<uint8_t>> scratch_;  // host memory, by slot
+  struct DeviceScratch {
+    mem::Device* device;
+    int slot;
+    void* p;
+    size_t bytes;
+  };
+  std::vector<DeviceScratch> deviceScratch_;  // released by ~Comm
   std::atomic<uint64_t> bytesSent_{0};
 };
 

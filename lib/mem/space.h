@@ -1,0 +1,91 @@
+// Where a call's buffers live, and the data work done on them there.
+//
+// Note [Memory spaces]
+// A call's buffers are classified once, at the API (mem::classify: the classifier a device plugin registers, or
+// host memory when none is), and the Space travels in CollArgs. The algorithms copy, reduce, scale and allocate
+// scratch through it (Context::scratch takes the Space), never with memcpy or the CPU kernels, so each is
+// written once for host and device memory, as UCC's memory and execution components make it. Host memory is
+// served inline by lib/kernels: a test of one pointer, no virtual call, so host calls keep their speed.
+// Transports only move bytes; the one that reduces while receiving (shm) does it on the CPU, so irecvReduce is
+// offered host memory only and device memory is received into device scratch and reduced by the device.
+// A communicator works on the device current at its creation (as NCCL's does); the API accepts host memory and
+// that device's, both buffers of a call in one space, and refuses the rest naming the argument.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "chorus/chorus.h"
+#include "lib/kernels/reduce.h"
+
+namespace chorus::mem {
+
+// One device's memory (a GPU), implemented where that device's runtime is linked (a plugin), never in
+// libchorus.so itself. Each call runs after the calls before it and has finished when it returns: the
+// algorithms hand the bytes to a transport next.
+class Device {
+ public:
+  virtual const char* name() const = 0;  // "cuda:0"
+  // dst and src may each be this device's memory or host memory; they do not overlap unless equal.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void reduce(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt,
+                      chorusRedOp_t op) = 0;
+  // dst = srcs[0] op srcs[1] op ... op srcs[n-1], combined left to right (the order host memory uses); dst may
+  // be srcs[0], no other source.
+  virtual void reduceN(void* dst, const void* const* srcs, int n, size_t count, chorusDataType_t dt,
+                       chorusRedOp_t op) = 0;
+  virtual void scaleDivide(void* buf, size_t count, chorusDataType_t dt, int divisor) = 0;
+  virtual void* allocate(size_t bytes) = 0;  // throws chorus::Error when it cannot
+  virtual void release(void* p) = 0;
+
+ protected:
+  ~Device() = default;
+};
+
+// Host memory (no device: the CPU kernels, inline, as fast as calling them) or one device's memory. A value:
+// two Spaces are equal when they are the same memory.
+class Space {
+ public:
+  constexpr Space() = default;
+  constexpr explicit Space(Device* device) : dev_(device) {}
+  bool isHost() const { return dev_ == nullptr; }
+  Device* device() const { return dev_; }
+  std::string name() const { return dev_ == nullptr ? "host" : dev_->name(); }
+  bool operator==(const Space&) const = default;
+
+  void copy(void* dst, const void* src, size_t bytes) const {
+    if (dst == src || bytes == 0) return;
+    if (dev_ == nullptr) std::memmove(dst, src, bytes);
+    else dev_->copy(dst, src, bytes);
+  }
+  void reduce(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt, chorusRedOp_t op) const {
+    if (dev_ == nullptr) kernels::reduce(dst, a, b, count, dt, op);
+    else dev_->reduce(dst, a, b, count, dt, op);
+  }
+  void reduceN(void* dst, const void* const* srcs, int n, size_t count, chorusDataType_t dt,
+               chorusRedOp_t op) const;
+  void scaleDivide(void* buf, size_t count, chorusDataType_t dt, int divisor) const {
+    if (dev_ == nullptr) kernels::scaleDivide(buf, count, dt, divisor);
+    else dev_->scaleDivide(buf, count, dt, divisor);
+  }
+
+ private:
+  Device* dev_ = nullptr;
+};
+
+// A device runtime's view of pointers, registered by the plugin that links it. Without one every pointer is host
+// memory, and classifying costs one load.
+class Classifier {
+ public:
+  virtual Device* deviceOf(const void* p) = 0;  // nullptr: host memory
+  virtual Device* current() = 0;                // this thread's device now (nullptr: none); a communicator
+                                                // created now works on it
+ protected:
+  ~Classifier() = default;
+};
+void setClassifier(Classifier* c);  // nullptr unregisters; c outlives every communicator that used it
+Space classify(const void* p);      // host for nullptr
+Space currentSpace();               // the space of this thread's current device, host without one
+
+}  // namespace chorus::mem
