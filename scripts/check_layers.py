@@ -27,7 +27,7 @@ LAYERS = {
     "scripts/": None,  # tools and tests may include anything
     "test/": None,
 }
-SOURCE = re.compile(r"\.(c|cc|cpp|h|hpp|cu)$")
+SOURCE = re.compile(r"\.(c|cc|cpp|h|hpp|cu|cuh)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 

@@ -144,7 +144,10 @@ void portableScale(void* buf, size_t n, int divisor) {
       // x / -1 overflows for the minimum value; negate with wrap-around instead.
       c = divisor == -1 ? C(std::make_unsigned_t<C>(0) - std::make_unsigned_t<C>(c)) : C(c / divisor);
     } else {
-      c = C(c / C(divisor));
+      // In 64 bits: converted to a narrow type first, a divisor of 300 ranks became 44 for uint8, and 256 became 0
+      // (a division by zero). A negative divisor (never a rank count) keeps C's conversion.
+      if (divisor > 0) c = C(uint64_t(c) / uint64_t(divisor));
+      else if (C(divisor) != 0) c = C(c / C(divisor));
     }
     s = Codec::store(c);
     std::memcpy(p + i * sizeof(S), &s, sizeof(S));
