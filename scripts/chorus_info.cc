@@ -17,6 +17,7 @@
 #include "lib/kernels/reduce.h"
 #include "lib/base/socket.h"
 #include "transports/plugin_host.h"
+#include "transports/plugin_memory.h"
 #include "transports/registry.h"
 
 namespace {
@@ -80,6 +81,8 @@ int main(int argc, char** argv) {
   for (const tr::Unavailable& u : tr::unavailable())
     std::printf("  %-6s %-9s %s\n", u.name.c_str(), "n/a", u.why.c_str());
   std::printf("CHORUS_TRANSPORTS='%s' ->%s\n", chorus::envValue("CHORUS_TRANSPORTS").c_str(), order.c_str());
+  std::printf("\nmemory: host (built in)\n");
+  for (const std::string& m : tr::memoryPlugins()) std::printf("  %s\n", m.c_str());
   auto section = [](const char* title, std::span<const chorus::EnvSpec> vars) {
     if (vars.empty()) return;
     std::printf("\n[%s]\n%-24s %-7s %-8s %-14s %s\n", title, "variable", "type", "default", "value", "description");

@@ -1,22 +1,27 @@
-// The memory-space seam (Note [Memory spaces], lib/mem/space.h), with a fake device whose memory holds every
-// byte XOR kKey. Bytes moved as they are stay right there, but a reduction or an Avg scale done on that memory
-// other than through the device gives wrong values, and so does a copy between it and host memory. So every
-// collective, run over that device's buffers and compared bit for bit with the same call over host memory (which
-// test_collectives checks against its reference), shows that the algorithms did their data work through the
-// call's Space. Also: which buffers the API accepts, and with which error it refuses the others.
+// The memory-space seam (Note [Memory spaces], lib/mem/space.h) and memory plugins (Note [Memory plugins],
+// transports/plugin.h), with a plugin of two fake devices (test/fixtures/memory/fakedev.cc) whose memory holds
+// every byte XOR a key. Bytes moved as they are stay right there, but a reduction or an Avg scale done on that
+// memory other than through the plugin gives wrong values, and so does a copy between it and host memory. So
+// every collective, run over a fake device's buffers and compared bit for bit with the same call over host memory
+// (which test_collectives checks against its reference), shows that the algorithms did their data work through
+// the call's Space, across the plugin boundary. Also: which buffers the API accepts, how it refuses the others,
+// and a device error inside a collective.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "lib/kernels/reduce.h"
-#include "lib/mem/space.h"
+#include "transports/plugin.h"
+#include "transports/registry.h"
 #include "test/ranks.h"
+#include "test/shell.h"
 #include "test/reference.h"
 
 namespace {
@@ -25,138 +30,60 @@ using namespace chorus;
 using test::check;
 using test::runRanks;
 
-constexpr uint8_t kKey = 0x5A;
-
-class FakeDevice;
-
-// Which fake device owns an address: a map of allocations, and the device a new communicator binds to.
-class FakeRuntime final : public mem::Classifier {
- public:
-  mem::Device* deviceOf(const void* p) override;
-  mem::Device* current() override;
-  FakeDevice* owner(const void* p);
-  void add(const void* p, size_t bytes, FakeDevice* d) {
-    std::lock_guard<std::mutex> g(mu_);
-    blocks_[reinterpret_cast<uintptr_t>(p)] = {bytes, d};
-  }
-  void remove(const void* p) {
-    std::lock_guard<std::mutex> g(mu_);
-    blocks_.erase(reinterpret_cast<uintptr_t>(p));
-  }
-  std::atomic<FakeDevice*> current_{nullptr};
-
- private:
-  std::mutex mu_;
-  std::map<uintptr_t, std::pair<size_t, FakeDevice*>> blocks_;
+// The fake devices' plugin, loaded as any device runtime is: through the plugin host, which registers it.
+struct FakePlugin {
+  const chorusMemoryPlugin_v1_t* table = nullptr;
+  void (*setCurrent)(int) = nullptr;
+  void (*failAllocations)(int) = nullptr;
+  long (*reduces)() = nullptr;
+  long (*allocations)() = nullptr;   // by Chorus (scratch), not the test's buffers
+  void* (*testBuffer)(int, size_t) = nullptr;
 };
-FakeRuntime gRuntime;
-
-std::vector<uint8_t> flip(const void* p, size_t bytes) {
-  std::vector<uint8_t> v(bytes);
-  if (bytes > 0) std::memcpy(v.data(), p, bytes);
-  for (uint8_t& b : v) b ^= kKey;
-  return v;
-}
-
-class FakeDevice final : public mem::Device {
- public:
-  explicit FakeDevice(int id) : name_("fake:" + std::to_string(id)) {}
-  const char* name() const override { return name_.c_str(); }
-  void copy(void* dst, const void* src, size_t bytes) override {
-    ++copies;
-    if ((gRuntime.owner(dst) == this) == (gRuntime.owner(src) == this)) {
-      std::memmove(dst, src, bytes);
-      return;
-    }
-    std::vector<uint8_t> v = flip(src, bytes);  // between host memory and this device's
-    std::memcpy(dst, v.data(), bytes);
-  }
-  void reduce(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt,
-              chorusRedOp_t op) override {
-    ++reduces;
-    const size_t bytes = count * kernels::dataTypeSize(dt);
-    std::vector<uint8_t> x = flip(a, bytes), y = flip(b, bytes);
-    kernels::reduce(x.data(), x.data(), y.data(), count, dt, op);
-    store(dst, x);
-  }
-  void reduceN(void* dst, const void* const* srcs, int n, size_t count, chorusDataType_t dt,
-               chorusRedOp_t op) override {
-    ++reduces;
-    const size_t bytes = count * kernels::dataTypeSize(dt);
-    std::vector<uint8_t> acc = flip(srcs[0], bytes);
-    for (int i = 1; i < n; ++i) {
-      std::vector<uint8_t> y = flip(srcs[i], bytes);
-      kernels::reduce(acc.data(), acc.data(), y.data(), count, dt, op);
-    }
-    store(dst, acc);
-  }
-  void scaleDivide(void* buf, size_t count, chorusDataType_t dt, int divisor) override {
-    ++scales;
-    std::vector<uint8_t> x = flip(buf, count * kernels::dataTypeSize(dt));
-    kernels::scaleDivide(x.data(), count, dt, divisor);
-    store(buf, x);
-  }
-  void* allocate(size_t bytes) override {
-    ++allocations;
-    void* p = ::operator new(bytes == 0 ? 1 : bytes);
-    gRuntime.add(p, bytes == 0 ? 1 : bytes, this);
+const FakePlugin& fake() {
+  static const FakePlugin f = [] {
+    const char* build = std::getenv("TEST_BUILD_DIR");
+    const std::string dir = std::string(build ? build : "build") + "/test/fixtures/memory";
+    const char* path = std::getenv("CHORUS_PLUGIN_PATH");
+    setenv("CHORUS_PLUGIN_PATH", (dir + (path ? std::string(":") + path : std::string())).c_str(), 1);
+    transport::loadAllPlugins();
+    FakePlugin p;
+    void* h = dlopen((dir + "/libchorus-fakedev.so").c_str(), RTLD_NOW | RTLD_NOLOAD);
+    if (h == nullptr) return p;
+    p.table = static_cast<const chorusMemoryPlugin_v1_t*>(dlsym(h, CHORUS_MEMORY_PLUGIN_SYMBOL));
+    p.setCurrent = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetCurrent"));
+    p.failAllocations = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevFailAllocations"));
+    p.reduces = reinterpret_cast<long (*)()>(dlsym(h, "fakedevReduces"));
+    p.allocations = reinterpret_cast<long (*)()>(dlsym(h, "fakedevAllocations"));
+    p.testBuffer = reinterpret_cast<void* (*)(int, size_t)>(dlsym(h, "fakedevTestBuffer"));
     return p;
-  }
-  void release(void* p) override {
-    gRuntime.remove(p);
-    ::operator delete(p);
-  }
-
-  std::atomic<long> copies{0}, reduces{0}, scales{0}, allocations{0};
-
- private:
-  static void store(void* dst, std::vector<uint8_t>& v) {
-    for (uint8_t& b : v) b ^= kKey;
-    if (!v.empty()) std::memcpy(dst, v.data(), v.size());
-  }
-  std::string name_;
-};
-
-FakeDevice* FakeRuntime::owner(const void* p) {
-  std::lock_guard<std::mutex> g(mu_);
-  auto it = blocks_.upper_bound(reinterpret_cast<uintptr_t>(p));
-  if (it == blocks_.begin()) return nullptr;
-  --it;
-  return reinterpret_cast<uintptr_t>(p) < it->first + it->second.first ? it->second.second : nullptr;
+  }();
+  return f;
 }
-mem::Device* FakeRuntime::deviceOf(const void* p) { return owner(p); }
-mem::Device* FakeRuntime::current() { return current_.load(); }
 
-FakeDevice gDevice0(0), gDevice1(1);
+// Loads the plugin (once) and makes `device` current (-1: none) for the communicators created next.
+void useDevice(int device) {
+  ASSERT_NE(fake().table, nullptr) << "libchorus-fakedev.so was not loaded by the plugin host";
+  fake().setCurrent(device);
+}
 
-// Registers the fake runtime for one test, with `current` as the device new communicators bind to.
-struct UseFakeRuntime {
-  explicit UseFakeRuntime(FakeDevice* current) {
-    gRuntime.current_ = current;
-    mem::setClassifier(&gRuntime);
-  }
-  ~UseFakeRuntime() {
-    mem::setClassifier(nullptr);
-    gRuntime.current_ = nullptr;
-  }
-};
-
-// A buffer in the fake device's memory, filled from and read back into host bytes.
+// A buffer in a fake device's memory, filled from and read back into host bytes through the plugin's copy.
 class DeviceBuf {
  public:
-  DeviceBuf(FakeDevice& d, size_t bytes) : d_(d), bytes_(bytes), p_(static_cast<uint8_t*>(d.allocate(bytes))) {}
-  ~DeviceBuf() { d_.release(p_); }
+  DeviceBuf(int device, size_t bytes)
+      : device_(device), bytes_(bytes), p_(static_cast<uint8_t*>(fake().testBuffer(device, bytes))) {}
+  ~DeviceBuf() { fake().table->release(device_, p_); }
   DeviceBuf(const DeviceBuf&) = delete;
   DeviceBuf& operator=(const DeviceBuf&) = delete;
   uint8_t* data() { return p_; }
-  void upload(const std::vector<uint8_t>& host) {
-    std::vector<uint8_t> v = flip(host.data(), bytes_);
-    std::memcpy(p_, v.data(), bytes_);
+  void upload(const std::vector<uint8_t>& host) { fake().table->copy(device_, p_, host.data(), bytes_); }
+  std::vector<uint8_t> download() const {
+    std::vector<uint8_t> v(bytes_);
+    fake().table->copy(device_, v.data(), p_, bytes_);
+    return v;
   }
-  std::vector<uint8_t> download() const { return flip(p_, bytes_); }
 
  private:
-  FakeDevice& d_;
+  int device_;
   size_t bytes_;
   uint8_t* p_;
 };
@@ -232,7 +159,7 @@ void compareOne(Coll c, chorusDataType_t dt, chorusRedOp_t op, size_t count, boo
   const void* hostSend = inPlace ? static_cast<const void*>(hostRecv.data() + s.inPlaceAt) : input.data();
   check(call(c, hostSend, hostRecv.data(), count, dt, op, root, r, n, comm), comm, "host call");
   // The fake device's memory.
-  DeviceBuf devSend(gDevice0, s.sendBytes), devRecv(gDevice0, s.recvBytes);
+  DeviceBuf devSend(0, s.sendBytes), devRecv(0, s.recvBytes);
   devSend.upload(input);
   std::vector<uint8_t> devFill = fill;
   if (inPlace) std::memcpy(devFill.data() + s.inPlaceAt, input.data(), s.sendBytes);
@@ -254,8 +181,8 @@ void compareOne(Coll c, chorusDataType_t dt, chorusRedOp_t op, size_t count, boo
 
 void runMatrix(int n, const char* algo, const std::vector<Coll>& colls) {
   setenv("CHORUS_ALGO", algo, 1);
-  UseFakeRuntime fake(&gDevice0);
-  const long reducesBefore = gDevice0.reduces.load(), allocationsBefore = gDevice0.allocations.load();
+  useDevice(0);
+  const long reducesBefore = fake().reduces(), allocationsBefore = fake().allocations();
   Report report;
   std::mutex mu;
   auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
@@ -282,8 +209,8 @@ void runMatrix(int n, const char* algo, const std::vector<Coll>& colls) {
   bool anyReduction = false;
   for (Coll c : colls) anyReduction |= reduces(c);
   if (n > 1 && anyReduction) {
-    EXPECT_GT(gDevice0.reduces.load(), reducesBefore) << "no reduction went through the device";
-    EXPECT_GT(gDevice0.allocations.load() - allocationsBefore, 0) << "no scratch came from the device";
+    EXPECT_GT(fake().reduces(), reducesBefore) << "no reduction went through the device";
+    EXPECT_GT(fake().allocations(), allocationsBefore) << "no scratch came from the device";
   }
 }
 
@@ -305,9 +232,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Spaces, ::testing::Values(1, 2, 3, 4, 5));
 
 // The API's answer to buffers outside the communicator's memory, and that the communicator stays usable.
 TEST(SpaceArguments, BuffersOutsideTheCommunicatorsMemoryAreRefusedNamingThem) {
-  UseFakeRuntime fake(&gDevice0);
+  useDevice(0);
   auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
-    DeviceBuf a(gDevice0, 64), b(gDevice0, 64), other(gDevice1, 64);
+    DeviceBuf a(0, 64), b(0, 64), other(1, 64);
     std::vector<float> host(16, 1.0f), hostOut(16);
     auto expectRefused = [&](chorusResult_t rc, std::initializer_list<const char*> words) {
       EXPECT_EQ(rc, chorusInvalidArgument);
@@ -328,16 +255,56 @@ TEST(SpaceArguments, BuffersOutsideTheCommunicatorsMemoryAreRefusedNamingThem) {
 }
 
 TEST(SpaceArguments, AHostOnlyCommunicatorRefusesDeviceBuffers) {
-  mem::setClassifier(&gRuntime);  // a device runtime, but none current when the communicators were created
+  useDevice(-1);  // a device runtime, but no device current when the communicators are created
   auto errors = runRanks(2, [&](int, chorusComm_t& comm) {
-    DeviceBuf a(gDevice0, 64);
+    DeviceBuf a(0, 64);
     EXPECT_EQ(chorusAllReduce(a.data(), a.data(), 16, chorusFloat32, chorusSum, comm, nullptr), chorusInvalidArgument);
     std::string text = chorusGetLastError(comm);
     EXPECT_NE(text.find("sendbuff"), std::string::npos) << text;
     EXPECT_NE(text.find("host memory only"), std::string::npos) << text;
   });
-  mem::setClassifier(nullptr);
   for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+// A device error inside a collective (an allocation of device scratch fails on one rank): that rank gets the
+// runtime's code and text, its peer an error too, both within the bound of a failed peer; nobody hangs.
+TEST(SpaceErrors, ADeviceErrorInsideACollectiveFailsItOnEveryRank) {
+  useDevice(0);
+  std::vector<chorusResult_t> rc(2, chorusSuccess);
+  std::vector<std::string> text(2);
+  std::vector<double> seconds(2);
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    DeviceBuf a(0, 4096);
+    check(chorusBarrier(comm, nullptr), comm, "barrier");
+    if (r == 0) fake().failAllocations(1);  // the next allocation fails: the first device scratch of either rank
+    check(chorusBarrier(comm, nullptr), comm, "barrier");
+    const auto t0 = std::chrono::steady_clock::now();
+    rc[r] = chorusAllReduce(a.data(), a.data(), 1024, chorusFloat32, chorusSum, comm, nullptr);
+    seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    text[r] = chorusGetLastError(comm);
+  });
+  fake().failAllocations(0);
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  int injected = 0;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(rc[r], chorusSuccess) << "rank " << r;
+    EXPECT_LT(seconds[r], 5.0) << "rank " << r << ": " << text[r];
+    if (rc[r] == chorusUnhandledCudaError && text[r].find("fake:0: allocating") != std::string::npos &&
+        text[r].find("out of memory (injected by the test)") != std::string::npos)
+      ++injected;
+  }
+  EXPECT_EQ(injected, 1) << text[0] << "\n" << text[1];
+}
+
+// chorus_info lists the device runtimes it found: the fake one registered, the one of a later version refused.
+TEST(MemoryPlugins, ChorusInfoListsDeviceRuntimesAndRefusesOtherVersions) {
+  const std::string dir = test::buildDir() + "/test/fixtures/memory";
+  test::RunResult r = test::runShell("CHORUS_PLUGIN_PATH=" + dir + " " + test::buildDir() + "/scripts/chorus_info");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("memory: host (built in)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fake from " + dir + "/libchorus-fakedev.so: registered"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("libchorus-memfuture.so is a memory plugin of version 2; this libchorus speaks version 1"),
+            std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-/* The transport plugin ABI: what a shared object named libchorus-NAME.so exports so that libchorus.so can load
- * it at communicator creation (transports/plugin_host.h). Plain C, so that neither side's C++ runtime, exception
+/* The plugin ABI: what a shared object named libchorus-NAME.so exports so that libchorus.so can load it at
+ * communicator creation (transports/plugin_host.h): a transport, a device runtime's memory (Note [Memory
+ * plugins], at the end), or both. Plain C, so that neither side's C++ runtime, exception
  * types or containers cross the boundary; a plugin written in C++ implements transports/transport.h and
  * exports it with transports/plugin_export.h.
  *
@@ -111,6 +112,35 @@ typedef struct {
   void (*sendAbort)(void* transport, int code, const char* text, int64_t deadlineNs);
   void (*close)(void* transport, int64_t deadlineNs);
 } chorusTransportPlugin_v2_t;
+
+/* Note [Memory plugins]: a plugin may also (or instead) export chorusMemoryPlugin_v1, a device runtime's memory
+ * (Note [Memory spaces] in lib/mem/space.h): which pointers are memory of its devices, and the data work the
+ * algorithms do on them. It has its own version, bumped on any change to this table. Every function returns a
+ * chorusResult_t (chorusUnhandledCudaError for an error of the device's runtime) and on failure lastError(), of
+ * the calling thread, says why. Data functions run after the calls before them and have finished when they
+ * return. Devices are named NAME:ORDINAL. */
+#define CHORUS_MEMORY_PLUGIN_VERSION 1
+#define CHORUS_MEMORY_PLUGIN_SYMBOL "chorusMemoryPlugin_v1"
+
+typedef struct {
+  uint32_t version; /* CHORUS_MEMORY_PLUGIN_VERSION */
+  const char* name; /* lower case: "cuda" */
+  /* NULL or "" when usable in this process, else why not (static text: the runtime's own message). */
+  const char* (*unavailable)(void);
+  const char* (*lastError)(void);
+  /* *device = the ordinal of the device whose memory p is, or -1 for memory the runtime does not own (host). */
+  int (*classify)(const void* p, int* device);
+  /* *device = the calling thread's current device, or -1 when it has none. */
+  int (*currentDevice)(int* device);
+  /* dst and src may each be the device's memory or host memory; they do not overlap unless equal. */
+  int (*copy)(int device, void* dst, const void* src, size_t bytes);
+  int (*reduce)(int device, void* dst, const void* a, const void* b, size_t count, int dtype, int op);
+  /* dst = srcs[0] op ... op srcs[n-1] left to right; dst may be srcs[0]. */
+  int (*reduceN)(int device, void* dst, const void* const* srcs, int n, size_t count, int dtype, int op);
+  int (*scaleDivide)(int device, void* buf, size_t count, int dtype, int divisor);
+  int (*allocate)(int device, size_t bytes, void** p);
+  int (*release)(int device, void* p);
+} chorusMemoryPlugin_v1_t;
 
 #ifdef __cplusplus
 }

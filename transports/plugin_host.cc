@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "lib/base/env.h"
@@ -18,6 +19,7 @@
 #include "lib/base/socket.h"
 #include "lib/base/text.h"
 #include "transports/plugin.h"
+#include "transports/plugin_memory.h"
 
 // Set by meson: the build tree's root and where it puts plugins, the plugins this source tree has and those
 // this build made.
@@ -187,15 +189,6 @@ std::string chunkStepsProblem(const chorusPluginTraits_v2& t) {
   return "";
 }
 
-// The versions of the table a file exports, for the message that refuses it.
-std::string versionsIn(void* handle) {
-  std::string found;
-  for (int v = 0; v <= 16; ++v)
-    if (v != CHORUS_TRANSPORT_PLUGIN_VERSION && dlsym(handle, fmt::format("chorusTransportPlugin_v{}", v).c_str()))
-      found += (found.empty() ? "" : ", ") + std::to_string(v);
-  return found;
-}
-
 Descriptor descriptorOf(const chorusTransportPlugin_v2_t* t, const std::string& file) {
   Descriptor d;
   d.name = t->name;
@@ -222,8 +215,18 @@ Descriptor descriptorOf(const chorusTransportPlugin_v2_t* t, const std::string& 
   return d;
 }
 
-// Loads one file; a Descriptor, or the reason it is refused. Loaded objects stay loaded for the process's life.
-bool loadOne(const std::string& path, Descriptor* out, std::string* why) {
+// The versions of a table a file exports other than `speaks`, for the message that refuses it.
+std::string versionsIn(void* handle, const char* table, int speaks) {
+  std::string found;
+  for (int v = 0; v <= 16; ++v)
+    if (v != speaks && dlsym(handle, fmt::format("{}_v{}", table, v).c_str()))
+      found += (found.empty() ? "" : ", ") + std::to_string(v);
+  return found;
+}
+
+// Loads one file: its transport (a Descriptor) and its device runtime (registered at once), either or both; false
+// with the reason when it has neither that this libchorus accepts. Loaded objects stay for the process's life.
+bool loadOne(const std::string& path, std::optional<Descriptor>* out, std::string* memoryNote, std::string* why) {
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (h == nullptr) {
     const char* e = dlerror();
@@ -231,24 +234,39 @@ bool loadOne(const std::string& path, Descriptor* out, std::string* why) {
     return false;
   }
   auto* table = static_cast<const chorusTransportPlugin_v2_t*>(dlsym(h, CHORUS_TRANSPORT_PLUGIN_SYMBOL));
-  if (table == nullptr) {
-    std::string other = versionsIn(h);
-    *why = other.empty() ? fmt::format("{} is not a Chorus transport plugin (it exports no {})", path,
-                                       CHORUS_TRANSPORT_PLUGIN_SYMBOL)
-                         : fmt::format("{} is a plugin of version {}; this libchorus speaks version {}", path, other,
-                                       CHORUS_TRANSPORT_PLUGIN_VERSION);
+  auto* memory = static_cast<const chorusMemoryPlugin_v1_t*>(dlsym(h, CHORUS_MEMORY_PLUGIN_SYMBOL));
+  if (table == nullptr && memory == nullptr) {
+    const std::string t = versionsIn(h, "chorusTransportPlugin", CHORUS_TRANSPORT_PLUGIN_VERSION);
+    const std::string m = versionsIn(h, "chorusMemoryPlugin", CHORUS_MEMORY_PLUGIN_VERSION);
+    if (!t.empty())
+      *why = fmt::format("{} is a plugin of version {}; this libchorus speaks version {}", path, t,
+                         CHORUS_TRANSPORT_PLUGIN_VERSION);
+    else if (!m.empty())
+      *why = fmt::format("{} is a memory plugin of version {}; this libchorus speaks version {}", path, m,
+                         CHORUS_MEMORY_PLUGIN_VERSION);
+    else
+      *why = fmt::format("{} is not a Chorus transport plugin (it exports no {}) nor a memory plugin (no {})", path,
+                         CHORUS_TRANSPORT_PLUGIN_SYMBOL, CHORUS_MEMORY_PLUGIN_SYMBOL);
     dlclose(h);
     return false;
   }
+  if (memory != nullptr) {
+    if (memory->version != CHORUS_MEMORY_PLUGIN_VERSION || memory->name == nullptr || memory->classify == nullptr) {
+      *why = fmt::format("{} says it is a memory plugin of version {}; this libchorus speaks version {}", path,
+                         memory->version, CHORUS_MEMORY_PLUGIN_VERSION);
+      return false;  // not closed: a transport table of the same file may have been taken already elsewhere
+    }
+    std::string note = registerMemoryPlugin(memory, path);
+    *memoryNote = fmt::format("device runtime {}: {}", memory->name, note.empty() ? "registered" : note);
+  }
+  if (table == nullptr) return true;
   if (table->version != CHORUS_TRANSPORT_PLUGIN_VERSION || table->name == nullptr || table->create == nullptr) {
     *why = fmt::format("{} says it is a plugin of version {}; this libchorus speaks version {}", path, table->version,
                        CHORUS_TRANSPORT_PLUGIN_VERSION);
-    dlclose(h);
     return false;
   }
   if (std::string bad = chunkStepsProblem(table->traits); !bad.empty()) {
     *why = fmt::format("{} ({}) is refused: its pipeline chunk steps are invalid: {}", path, table->name, bad);
-    dlclose(h);
     return false;
   }
   *out = descriptorOf(table, path);
@@ -290,13 +308,16 @@ std::vector<Descriptor> loadPlugins(std::vector<Unavailable>* refused) {
       std::string key = realpath(full.c_str(), real) != nullptr ? real : full;
       const std::string name = pluginName(f);
       if (!seenFiles.insert(key).second || names.count(name)) continue;  // the first of a name wins
-      Descriptor desc;
-      std::string why;
-      if (loadOne(full, &desc, &why)) {
-        CHORUS_INFO(kInit, "transport plugin {} loaded from {}", desc.name, full);
+      std::optional<Descriptor> desc;
+      std::string memoryNote, why;
+      if (loadOne(full, &desc, &memoryNote, &why)) {
+        if (!memoryNote.empty()) CHORUS_INFO(kInit, "plugin {}: {}", full, memoryNote);
         names.insert(name);
-        names.insert(desc.name);
-        loaded.push_back(std::move(desc));
+        if (desc) {
+          CHORUS_INFO(kInit, "transport plugin {} loaded from {}", desc->name, full);
+          names.insert(desc->name);
+          loaded.push_back(std::move(*desc));
+        }
       } else {
         CHORUS_WARN(kInit, "transport plugin refused: {}", why);
         refused->push_back({name, why});

@@ -14,6 +14,7 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/comm/tuning.h"
+#include "transports/plugin_memory.h"
 #include "transports/registry.h"
 
 namespace chorus {
@@ -28,6 +29,10 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   setup_.socketIfname = config_.socketIfname;
   abortFd_ = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!abortFd_) failErrno("eventfd");
+  // A process with a device driver loaded may hand over device memory, so the plugins are loaded to find its
+  // runtime (Note [Memory plugins]) before the communicator takes the current device as its own.
+  if (transport::deviceDriverInProcess()) transport::loadAllPlugins();
+  space_ = mem::currentSpace();
   startTransports();
 
   RankInfo mine;

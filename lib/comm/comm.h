@@ -106,7 +106,7 @@ class Comm : public algo::Context {
   void chooseChunk(const std::vector<const transport::Descriptor*>& used);
 
   Config config_;
-  mem::Space space_ = mem::currentSpace();
+  mem::Space space_;  // the device current at creation (host: none)
   transport::Setup setup_;
   std::vector<std::unique_ptr<transport::Transport>> transports_;  // in this rank's order of preference
   std::vector<const transport::Descriptor*> descriptors_;         // of each of transports_
