@@ -1,7 +1,8 @@
 // lib/kernels/element.h (the arithmetic the CUDA kernels share) against the CPU kernels bit for bit: every datatype
 // and op on every ISA path, over random bit patterns (NaNs included), special values (signed zeros, infinities,
-// NaN payloads quiet and signalling, subnormals, extremes), exact float16/bfloat16/float32/float64 rounding ties and
-// integer wrap-around; Avg's divide over several divisors.
+// NaNs quiet and signalling, subnormals, extremes), exact float16/bfloat16/float32/float64 rounding ties and
+// integer wrap-around; Avg's divide over several divisors. A NaN result must be a NaN; its payload is not compared
+// (see expectBits).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -173,13 +174,19 @@ std::optional<elem::Storage<D>> portableAlternative(chorusRedOp_t op, uint16_t a
   return std::nullopt;
 }
 
-// Element-wise comparison of got against want (per element), at most a few failures reported.
-template <class S, class Want>
+// Element-wise comparison of got against want (per element), at most a few failures reported. Two NaNs are equal
+// whatever their payloads: x86 returns the payload of one operand, the first of the instruction, and which one
+// that is is the compiler's choice (an -O0 build of the CPU kernels picks others than -O2 does).
+template <chorusDataType_t D, class S, class Want>
 void expectBits(const std::vector<S>& got, Want&& want, const std::string& what) {
   int bad = 0;
   for (size_t i = 0; i < got.size() && bad < 8; ++i) {
     const S w = want(i);
     if (std::memcmp(&got[i], &w, sizeof(S)) == 0) continue;
+    if constexpr (std::is_floating_point_v<decltype(elem::Elem<D>::load(w))>) {
+      const auto g = elem::Elem<D>::load(got[i]), x = elem::Elem<D>::load(w);
+      if (g != g && x != x) continue;
+    }
     ++bad;
     ADD_FAILURE() << what << " at " << i << ": CPU 0x" << std::hex << toBits(got[i]) << ", element.h 0x" << toBits(w);
   }
@@ -201,7 +208,7 @@ TEST_P(ElementTest, ReduceAndAvgMatchEveryIsa) {
       for (chorusRedOp_t op : kOps) {
         const std::string what = std::string(isa) + " " + dataTypeName(D) + " " + redOpName(op);
         reduce(out.data(), in.a.data(), in.b.data(), n, D, op);
-        expectBits(out, [&](size_t i) {
+        expectBits<D>(out, [&](size_t i) {
           const S w = applyOp<D>(op, in.a[i], in.b[i]);
           if constexpr (sizeof(S) == 2) {
             if (portable)
@@ -213,7 +220,7 @@ TEST_P(ElementTest, ReduceAndAvgMatchEveryIsa) {
         for (int d : kDivisors) {  // Avg's final step, on the sums just checked
           scaled = out;
           scaleDivide(scaled.data(), n, D, d);
-          expectBits(scaled, [&](size_t i) { return elem::scale<D>(out[i], d); }, what + " / " + std::to_string(d));
+          expectBits<D>(scaled, [&](size_t i) { return elem::scale<D>(out[i], d); }, what + " / " + std::to_string(d));
         }
       }
     }
@@ -233,7 +240,7 @@ TEST_P(ElementTest, ScaleDivideMatchesEveryIsa) {
       for (int d : {1, 2, 3, 7, 8, -1, -3, 256, 300, 1000, 0}) {
         out = in.a;
         scaleDivide(out.data(), out.size(), D, d);
-        expectBits(out, [&](size_t i) { return elem::scale<D>(in.a[i], d); },
+        expectBits<D>(out, [&](size_t i) { return elem::scale<D>(in.a[i], d); },
                    std::string(isa) + " " + dataTypeName(D) + " / " + std::to_string(d));
       }
     }
@@ -260,7 +267,7 @@ TEST(Element, LargeStreamingPath) {
         ASSERT_TRUE(forceIsa(isa));
         for (chorusRedOp_t op : {chorusSum, chorusProd, chorusMax, chorusMin}) {
           reduce(out.data(), a.data(), b.data(), n, D, op);
-          expectBits(out, [&](size_t i) { return applyOp<D>(op, a[i], b[i]); },
+          expectBits<D>(out, [&](size_t i) { return applyOp<D>(op, a[i], b[i]); },
                      std::string(isa) + " " + dataTypeName(D) + " " + redOpName(op) + " 9 MiB");
         }
       }

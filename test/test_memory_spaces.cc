@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ struct FakePlugin {
   const chorusMemoryPlugin_v1_t* table = nullptr;
   void (*setCurrent)(int) = nullptr;
   void (*failAllocations)(int) = nullptr;
+  void (*setHostAccessible)(int) = nullptr;
   long (*reduces)() = nullptr;
   long (*allocations)() = nullptr;   // by Chorus (scratch), not the test's buffers
   void* (*testBuffer)(int, size_t) = nullptr;
@@ -52,6 +54,7 @@ const FakePlugin& fake() {
     p.table = static_cast<const chorusMemoryPlugin_v1_t*>(dlsym(h, CHORUS_MEMORY_PLUGIN_SYMBOL));
     p.setCurrent = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetCurrent"));
     p.failAllocations = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevFailAllocations"));
+    p.setHostAccessible = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetHostAccessible"));
     p.reduces = reinterpret_cast<long (*)()>(dlsym(h, "fakedevReduces"));
     p.allocations = reinterpret_cast<long (*)()>(dlsym(h, "fakedevAllocations"));
     p.testBuffer = reinterpret_cast<void* (*)(int, size_t)>(dlsym(h, "fakedevTestBuffer"));
@@ -179,6 +182,14 @@ void compareOne(Coll c, chorusDataType_t dt, chorusRedOp_t op, size_t count, boo
   if (!inPlace && devSend.download() != input) report->add(what + ": the device's sendbuff changed");
 }
 
+// Under a sanitizer (10-30x slower) the matrix keeps every collective, rank count, op, count and placement, and
+// five datatypes of the ten (one of each width and kind); the main build runs all ten.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+const std::vector<chorusDataType_t> kTypes = {chorusUint8, chorusInt32, chorusFloat16, chorusFloat32, chorusInt64};
+#else
+const std::vector<chorusDataType_t> kTypes(std::begin(test::kAllTypes), std::end(test::kAllTypes));
+#endif
+
 void runMatrix(int n, const char* algo, const std::vector<Coll>& colls) {
   setenv("CHORUS_ALGO", algo, 1);
   useDevice(0);
@@ -188,7 +199,7 @@ void runMatrix(int n, const char* algo, const std::vector<Coll>& colls) {
   auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
     Report mine;
     for (Coll c : colls)
-      for (chorusDataType_t dt : test::kAllTypes)
+      for (chorusDataType_t dt : kTypes)
         for (chorusRedOp_t op : test::kAllOps) {
           if (!reduces(c) && op != chorusSum) continue;
           for (size_t count : {size_t{1}, size_t{7}, size_t{1031}, size_t{40009}})
@@ -266,6 +277,32 @@ TEST(SpaceArguments, AHostOnlyCommunicatorRefusesDeviceBuffers) {
   for (const auto& e : errors) ADD_FAILURE() << e;
 }
 
+// Device memory the CPU may not touch (a GPU's) cannot cross a host transport yet: refused between ranks, naming
+// it; on one rank, where all the work is the device's, it works.
+TEST(SpaceArguments, DeviceMemoryNoTransportCanMoveIsRefusedBetweenRanksButWorksOnOne) {
+  useDevice(0);
+  fake().setHostAccessible(0);
+  auto errors = runRanks(2, [&](int, chorusComm_t& comm) {
+    DeviceBuf a(0, 64);
+    EXPECT_EQ(chorusAllReduce(a.data(), a.data(), 16, chorusFloat32, chorusSum, comm, nullptr), chorusInvalidUsage);
+    const std::string text = chorusGetLastError(comm);
+    EXPECT_NE(text.find("sendbuff"), std::string::npos) << text;
+    EXPECT_NE(text.find("fake:0 memory, which no transport of this communicator can move yet"), std::string::npos)
+        << text;
+  });
+  auto single = runRanks(1, [&](int, chorusComm_t& comm) {
+    DeviceBuf a(0, 64), b(0, 64);
+    std::vector<uint8_t> in(64);
+    for (size_t i = 0; i < 16; ++i) test::writeRaw(in.data() + 4 * i, 4, test::doubleToRaw(chorusFloat32, 0.5 * i));
+    a.upload(in);
+    check(chorusAllReduce(a.data(), b.data(), 16, chorusFloat32, chorusAvg, comm, nullptr), comm, "one rank");
+    EXPECT_EQ(b.download(), in);
+  });
+  fake().setHostAccessible(1);
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  for (const auto& e : single) ADD_FAILURE() << e;
+}
+
 // A device error inside a collective (an allocation of device scratch fails on one rank): that rank gets the
 // runtime's code and text, its peer an error too, both within the bound of a failed peer; nobody hangs.
 TEST(SpaceErrors, ADeviceErrorInsideACollectiveFailsItOnEveryRank) {
@@ -273,11 +310,9 @@ TEST(SpaceErrors, ADeviceErrorInsideACollectiveFailsItOnEveryRank) {
   std::vector<chorusResult_t> rc(2, chorusSuccess);
   std::vector<std::string> text(2);
   std::vector<double> seconds(2);
+  fake().failAllocations(1);  // the next allocation Chorus asks for fails: the first device scratch of either rank
   auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
     DeviceBuf a(0, 4096);
-    check(chorusBarrier(comm, nullptr), comm, "barrier");
-    if (r == 0) fake().failAllocations(1);  // the next allocation fails: the first device scratch of either rank
-    check(chorusBarrier(comm, nullptr), comm, "barrier");
     const auto t0 = std::chrono::steady_clock::now();
     rc[r] = chorusAllReduce(a.data(), a.data(), 1024, chorusFloat32, chorusSum, comm, nullptr);
     seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -285,15 +320,18 @@ TEST(SpaceErrors, ADeviceErrorInsideACollectiveFailsItOnEveryRank) {
   });
   fake().failAllocations(0);
   for (const auto& e : errors) ADD_FAILURE() << e;
-  int injected = 0;
+  int injected = -1;  // the rank whose allocation failed: its own text names it, the runtime and the error
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(rc[r], chorusSuccess) << "rank " << r;
     EXPECT_LT(seconds[r], 5.0) << "rank " << r << ": " << text[r];
-    if (rc[r] == chorusUnhandledCudaError && text[r].find("fake:0: allocating") != std::string::npos &&
+    if (rc[r] == chorusUnhandledCudaError && text[r].rfind("rank " + std::to_string(r) + " ", 0) == 0 &&
+        text[r].find("fake:0: allocating") != std::string::npos &&
         text[r].find("out of memory (injected by the test)") != std::string::npos)
-      ++injected;
+      injected = r;
   }
-  EXPECT_EQ(injected, 1) << text[0] << "\n" << text[1];
+  ASSERT_NE(injected, -1) << text[0] << "\n" << text[1];
+  // Its peer's names the rank that failed.
+  EXPECT_NE(text[1 - injected].find("rank " + std::to_string(injected)), std::string::npos) << text[1 - injected];
 }
 
 // chorus_info lists the device runtimes it found: the fake one registered, the one of a later version refused.
@@ -305,6 +343,27 @@ TEST(MemoryPlugins, ChorusInfoListsDeviceRuntimesAndRefusesOtherVersions) {
   EXPECT_NE(r.output.find("fake from " + dir + "/libchorus-fakedev.so: registered"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("libchorus-memfuture.so is a memory plugin of version 2; this libchorus speaks version 1"),
             std::string::npos) << r.output;
+}
+
+// The CUDA plugin, where nvcc built it: it alone needs libcudart, and chorus_info says what became of it: registered
+// with a GPU, or not available with CUDA's own words (this machine: no driver).
+TEST(CudaPlugin, SaysWhetherItRunsAndAloneNeedsTheCudaRuntime) {
+  const std::string plugin = test::buildDir() + "/transports/cuda_ipc/libchorus-cuda_ipc.so";
+  if (test::runShell("test -f " + plugin).status != 0) GTEST_SKIP() << "the CUDA plugin is not built (no nvcc found)";
+  test::RunResult r = test::runShell("readelf -d " + plugin);
+  EXPECT_NE(r.output.find("libcudart"), std::string::npos) << r.output;
+  r = test::runShell(test::buildDir() + "/scripts/chorus_info");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string line = "cuda from " + plugin + ": ";
+  const size_t at = r.output.find(line);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string state = r.output.substr(at + line.size(), r.output.find('\n', at) - at - line.size());
+  if (test::runShell("test -e /dev/nvidiactl").status == 0) {
+    EXPECT_TRUE(state == "registered" || state.rfind("not available: ", 0) == 0) << state;
+  } else {
+    EXPECT_EQ(state.rfind("not available: ", 0), 0u) << state;  // CUDA's text follows, e.g. "CUDA driver version
+    EXPECT_GT(state.size(), std::string("not available: ").size()) << state;  // is insufficient ..."
+  }
 }
 
 }  // namespace

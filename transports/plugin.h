@@ -132,6 +132,8 @@ typedef struct {
   int (*classify)(const void* p, int* device);
   /* *device = the calling thread's current device, or -1 when it has none. */
   int (*currentDevice)(int* device);
+  /* 1 when the CPU may read and write the device's memory, so transports may move it as they move host memory. */
+  int (*hostAccessible)(int device);
   /* dst and src may each be the device's memory or host memory; they do not overlap unless equal. */
   int (*copy)(int device, void* dst, const void* src, size_t bytes);
   int (*reduce)(int device, void* dst, const void* a, const void* b, size_t count, int dtype, int op);

@@ -36,6 +36,7 @@ class PluginDevice final : public mem::Device {
     return p;
   }
   void release(void* p) override { t_->release(ordinal_, p); }  // from destructors: a failure is not thrown
+  bool hostAccessible() const override { return t_->hostAccessible != nullptr && t_->hostAccessible(ordinal_) != 0; }
 
  private:
   void check(int rc, const char* what) const {
@@ -94,7 +95,8 @@ std::string registerMemoryPlugin(const chorusMemoryPlugin_v1_t* table, const std
   std::lock_guard<std::mutex> g(gMu);
   std::string why;
   if (unavailable != nullptr && *unavailable != '\0') why = fmt::format("not available: {}", unavailable);
-  else if (gRuntime != nullptr) why = fmt::format("refused: the device runtime {} is registered already", gRuntime->describe());
+  else if (gRuntime != nullptr)
+    why = fmt::format("refused: the device runtime {} is registered already", gRuntime->describe());
   gSeen.push_back(fmt::format("{} from {}: {}", table->name, file, why.empty() ? "registered" : why));
   if (!why.empty()) return why;
   gRuntime = new PluginRuntime(table, file);

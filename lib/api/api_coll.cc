@@ -57,9 +57,13 @@ struct Check {
     return send != nullptr ? fits(s, "sendbuff", send) : fits(r, "recvbuff", recv);
   }
   const mem::Space& fits(const mem::Space& s, const char* name, const void* p) const {
-    if (!s.isHost() && s != comm.space())
+    if (s.isHost()) return s;
+    if (s != comm.space())
       bad(chorusInvalidArgument, "{} {} is {} memory, but this communicator works on {}{}", name, p, s.name(),
           comm.space().name(), comm.space().isHost() ? " memory only (no device was current at its creation)" : "");
+    if (!s.device()->hostAccessible() && comm.nranks() > 1)
+      bad(chorusInvalidUsage, "{} {} is {} memory, which no transport of this communicator can move yet (device "
+          "memory between ranks needs the CUDA IPC transport or staging through host memory)", name, p, s.name());
     return s;
   }
   // Buffers must be disjoint unless send begins exactly at inPlaceAt (the NCCL in-place position).

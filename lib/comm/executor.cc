@@ -29,7 +29,10 @@ void Executor::execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* 
     fn();
     *rc = chorusSuccess;
   } catch (const Error& e) {
-    Error f = comm_.markFailed(e);
+    // Errors of a transport or the algorithms name the rank already; a device runtime's do not know it.
+    const std::string who = comm_.name();
+    const bool named = std::string_view(e.what()).find(who) != std::string_view::npos;
+    Error f = comm_.markFailed(named ? e : Error(e.code(), fmt::format("{}: {}", who, e.what())));
     *rc = f.code();
     *msg = f.what();
   } catch (const std::bad_alloc&) {

@@ -1,7 +1,8 @@
 // The reduction arithmetic of one element, written once for the CPU (g++) and CUDA (nvcc): apply<D, Op>(a, b) and
-// scale<D>(x, divisor) give bit for bit what kernels::reduce and kernels::scaleDivide give on x86 (the AVX2 and
-// AVX-512 kernels; the portable kernels too, but for two NaN payload cases named at nanResult and floatToBf16),
-// NaN payloads, infinities, subnormals, rounding ties and integer wrap-around included.
+// scale<D>(x, divisor) give bit for bit what kernels::reduce and kernels::scaleDivide give, infinities,
+// subnormals, rounding ties and integer wrap-around included. A NaN stays a NaN; which payload it carries is not
+// promised: on x86 it is one operand's, chosen by the compiler's operand order (nanResult follows the optimised
+// SIMD kernels).
 // Device code must be built without -ftz=true / --use_fast_math: float32 subnormals are kept, as on the CPU.
 #pragma once
 

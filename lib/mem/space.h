@@ -38,6 +38,9 @@ class Device {
   virtual void scaleDivide(void* buf, size_t count, chorusDataType_t dt, int divisor) = 0;
   virtual void* allocate(size_t bytes) = 0;  // throws chorus::Error when it cannot
   virtual void release(void* p) = 0;
+  // The CPU may read and write this memory, so a transport moves it as it moves host memory. Otherwise only a
+  // transport of the device (or staging through host memory) can.
+  virtual bool hostAccessible() const = 0;
 
  protected:
   ~Device() = default;

@@ -1,0 +1,135 @@
+// The CUDA device runtime (Note [Memory plugins], transports/plugin.h): pointers are classified by
+// cudaPointerGetAttributes; the data work runs on one stream per device (the kernels of lib/kernels/cuda) and is
+// waited for before returning, since the algorithms hand the bytes to a transport next.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <string>
+
+#include "lib/base/error.h"
+#include "lib/kernels/cuda/reduce_kernels.cuh"
+#include "transports/plugin.h"
+
+namespace chorus::transport::cuda {
+
+namespace {
+
+thread_local std::string tError;
+
+int failed(cudaError_t e, const std::string& what) {
+  tError = fmt::format("{}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return chorusUnhandledCudaError;
+}
+
+constexpr int kMaxDevices = 64;
+std::mutex gMu;
+std::array<cudaStream_t, kMaxDevices> gStreams{};
+
+// Makes `device` current on this thread and returns its stream (non-blocking: it does not wait for the legacy
+// default stream), created on first use.
+cudaError_t onDevice(int device, cudaStream_t* stream) {
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  int current = -1;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
+  if (e != cudaSuccess) return e;
+  std::lock_guard<std::mutex> g(gMu);
+  if (gStreams[device] == nullptr) e = cudaStreamCreateWithFlags(&gStreams[device], cudaStreamNonBlocking);
+  *stream = gStreams[device];
+  return e;
+}
+
+// Runs `enqueue` on the device's stream and waits for it.
+template <class F>
+int run(int device, const char* what, F&& enqueue) {
+  cudaStream_t s = nullptr;
+  cudaError_t e = onDevice(device, &s);
+  if (e == cudaSuccess) e = enqueue(s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: {}", device, what));
+}
+
+const char* unavailable() {
+  static const std::string why = [] {
+    int n = 0;  // left untouched when there is no driver
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return std::string(cudaGetErrorString(e));
+    return n == 0 ? std::string("no CUDA device") : std::string();
+  }();
+  return why.c_str();
+}
+
+int classify(const void* p, int* device) {
+  cudaPointerAttributes a{};
+  cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) return failed(e, fmt::format("cudaPointerGetAttributes({})", p));
+  // Managed memory is the device's too: the kernels run on it. Pinned host memory is host memory.
+  *device = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
+  return 0;
+}
+
+int currentDevice(int* device) {
+  cudaError_t e = cudaGetDevice(device);
+  return e == cudaSuccess ? 0 : failed(e, "cudaGetDevice");
+}
+
+int copy(int device, void* dst, const void* src, size_t bytes) {
+  return run(device, "copy", [&](cudaStream_t s) { return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s); });
+}
+
+int reduce(int device, void* dst, const void* a, const void* b, size_t count, int dtype, int op) {
+  return run(device, "reduce", [&](cudaStream_t s) {
+    return kernels::gpu::reduce(dst, a, b, count, static_cast<chorusDataType_t>(dtype),
+                                static_cast<chorusRedOp_t>(op), s);
+  });
+}
+
+// More sources than one launch takes go in turns, the result so far first, so the order stays left to right.
+int reduceN(int device, void* dst, const void* const* srcs, int n, size_t count, int dtype, int op) {
+  return run(device, "reduceN", [&](cudaStream_t s) {
+    const auto dt = static_cast<chorusDataType_t>(dtype);
+    const auto o = static_cast<chorusRedOp_t>(op);
+    int done = std::min(n, kernels::gpu::kCudaMaxSources);
+    cudaError_t e = kernels::gpu::reduceN(dst, srcs, done, count, dt, o, s);
+    while (e == cudaSuccess && done < n) {
+      const void* next[kernels::gpu::kCudaMaxSources] = {dst};
+      int k = 1;
+      for (; k < kernels::gpu::kCudaMaxSources && done < n; ++k) next[k] = srcs[done++];
+      e = kernels::gpu::reduceN(dst, next, k, count, dt, o, s);
+    }
+    return e;
+  });
+}
+
+int scaleDivide(int device, void* buf, size_t count, int dtype, int divisor) {
+  return run(device, "scaleDivide", [&](cudaStream_t s) {
+    return kernels::gpu::scaleDivide(buf, count, static_cast<chorusDataType_t>(dtype), divisor, s);
+  });
+}
+
+int allocate(int device, size_t bytes, void** p) {
+  cudaStream_t s = nullptr;
+  cudaError_t e = onDevice(device, &s);
+  if (e == cudaSuccess) e = cudaMalloc(p, bytes == 0 ? 1 : bytes);
+  return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaMalloc of {} bytes", device, bytes));
+}
+
+int release(int device, void* p) {
+  cudaStream_t s = nullptr;
+  cudaError_t e = onDevice(device, &s);
+  if (e == cudaSuccess) e = cudaFree(p);
+  return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaFree", device));
+}
+
+}  // namespace
+
+const chorusMemoryPlugin_v1_t* memoryTable() {
+  static const chorusMemoryPlugin_v1_t t = {
+      CHORUS_MEMORY_PLUGIN_VERSION, "cuda", unavailable, [] { return tError.c_str(); }, classify, currentDevice,
+      [](int) { return 0; }, copy, reduce, reduceN, scaleDivide, allocate, release};
+  return &t;
+}
+
+}  // namespace chorus::transport::cuda
