@@ -14,27 +14,17 @@
 
 #include "lib/kernels/element.h"
 #include "lib/kernels/reduce.h"
+#include "test/isas.h"
 
 using namespace chorus::kernels;
+using chorus::test::availableIsas;
+using chorus::test::IsaGuard;
+using chorus::test::kOps;
+using chorus::test::kTypes;
 
 namespace {
 
-const chorusDataType_t kTypes[] = {chorusInt8,    chorusUint8,   chorusInt32,   chorusUint32, chorusInt64,
-                                   chorusUint64,  chorusFloat16, chorusFloat32, chorusFloat64, chorusBfloat16};
-const chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
 const int kDivisors[] = {1, 2, 3, 7, 8, -1, -3, 1000};
-
-std::vector<const char*> availableIsas() {
-  std::vector<const char*> v;
-  for (const char* n : {"portable", "avx2", "avx512"})
-    if (forceIsa(n)) v.push_back(n);
-  forceIsa("auto");
-  return v;
-}
-
-struct IsaGuard {
-  ~IsaGuard() { forceIsa("auto"); }
-};
 
 // splitmix64
 struct Rng {

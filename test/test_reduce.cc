@@ -13,27 +13,17 @@
 #include <vector>
 
 #include "lib/kernels/reduce.h"
+#include "test/isas.h"
 
 using namespace chorus::kernels;
+using chorus::test::availableIsas;
+using chorus::test::IsaGuard;
+using chorus::test::kOps;
+using chorus::test::kTypes;
 
 namespace {
 
-const chorusDataType_t kTypes[] = {chorusInt8,    chorusUint8,   chorusInt32,   chorusUint32, chorusInt64,
-                                   chorusUint64,  chorusFloat16, chorusFloat32, chorusFloat64, chorusBfloat16};
-const chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
 const size_t kCounts[] = {0, 1, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 1000, 1000003};
-
-std::vector<const char*> availableIsas() {
-  std::vector<const char*> v;
-  for (const char* n : {"portable", "avx2", "avx512"})
-    if (forceIsa(n)) v.push_back(n);
-  forceIsa("auto");
-  return v;
-}
-
-struct IsaGuard {
-  ~IsaGuard() { forceIsa("auto"); }
-};
 
 template <class T>
 T get(const unsigned char* p, size_t i) {
