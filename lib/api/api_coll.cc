@@ -61,9 +61,6 @@ struct Check {
     if (s != comm.space())
       bad(chorusInvalidArgument, "{} {} is {} memory, but this communicator works on {}{}", name, p, s.name(),
           comm.space().name(), comm.space().isHost() ? " memory only (no device was current at its creation)" : "");
-    if (!s.device()->hostAccessible() && comm.nranks() > 1)
-      bad(chorusInvalidUsage, "{} {} is {} memory, which no transport of this communicator can move yet (device "
-          "memory between ranks needs the CUDA IPC transport or staging through host memory)", name, p, s.name());
     return s;
   }
   // Buffers must be disjoint unless send begins exactly at inPlaceAt (the NCCL in-place position).

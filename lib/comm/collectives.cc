@@ -57,6 +57,7 @@ void allReduce(Comm& comm, const TaggedCall& c) {
 
 void runOne(Comm& comm, const TaggedCall& c) {
   const CollArgs& a = c.args;
+  comm.beginCall(a.space);
   CHORUS_DEBUG(kColl, "{} {} sendbuff {} recvbuff {}", comm.name(), describe(c.tag), a.sendbuff,
                a.recvbuff);
   switch (a.kind) {
@@ -109,6 +110,7 @@ void runCalls(Comm& comm, std::span<const TaggedCall> calls) {
     if (!movesData(c.args)) continue;
     if (c.args.kind == OpKind::Send) {
       p2p.emplace_back();
+      comm.beginCall(c.args.space);
       algo::postPointToPoint(comm, c.tag, c.args, &p2p.back());
     } else {
       runOne(comm, c);

@@ -183,6 +183,27 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
 bool Comm::progress() {
   bool moved = false;
   for (transport::Transport* t : inUse_) moved |= t->progress();
+  if (!staged_.empty()) moved |= finishStaged();
+  return moved;
+}
+
+// Note [Staging device memory]
+// Memory the CPU may not touch (a GPU's) reaches a host transport through host memory: a send copies its bytes
+// to a bounce buffer before the transport takes them, a receive lands in one and is copied to the device before
+// the algorithm sees it done. The algorithms' chunks make it a pipeline: the copy of chunk k+1 runs while the
+// transport still moves chunk k.
+bool Comm::finishStaged() {
+  bool moved = false;
+  for (auto it = staged_.begin(); it != staged_.end();) {
+    if (!it->shadow.done) {
+      ++it;
+      continue;
+    }
+    if (it->deviceDst != nullptr) it->device->copy(it->deviceDst, it->bounce.data(), it->bounce.size());
+    it->user->done = true;
+    it = staged_.erase(it);
+    moved = true;
+  }
   return moved;
 }
 
@@ -197,6 +218,12 @@ void Comm::sleepOnTransports() {
 }
 
 void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) {
+  if (staging_ != nullptr && len > 0) {
+    Staged& s = staged_.emplace_back(Staged{req, {}, std::vector<uint8_t>(len), staging_, nullptr});
+    staging_->copy(s.bounce.data(), buf, len);
+    buf = s.bounce.data();
+    req = &s.shadow;
+  }
   route_[peer]->isend(peer, buf, len, tag, req);
   // Operations run one at a time, so this needs no atomic read-modify-write: a locked add would wait for the
   // store that just published a shared-memory slot to reach the peer's cache line (~0.03 us per 8-byte call).
@@ -204,6 +231,11 @@ void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Reques
 }
 
 void Comm::irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) {
+  if (staging_ != nullptr && len > 0) {
+    Staged& s = staged_.emplace_back(Staged{req, {}, std::vector<uint8_t>(len), staging_, buf});
+    buf = s.bounce.data();
+    req = &s.shadow;
+  }
   route_[peer]->irecv(peer, buf, len, tag, req);
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -52,6 +53,12 @@ class Comm : public algo::Context {
   const mem::Space& space() const { return space_; }
   std::string name() const { return peer(rank()).name(); }
   Executor& executor() { return *executor_; }
+
+  // The space of the call the algorithms run now: its messages are staged through host memory where the CPU may
+  // not touch it (Note [Staging device memory]).
+  void beginCall(const mem::Space& space) {
+    staging_ = !space.isHost() && !space.device()->hostAccessible() ? space.device() : nullptr;
+  }
 
   // ---- algo::Context, for algorithms (executing thread only) ----
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) final;
@@ -139,6 +146,18 @@ class Comm : public algo::Context {
     size_t bytes;
   };
   std::vector<DeviceScratch> deviceScratch_;  // released by ~Comm
+  // A message staged through host memory: the transport moves `bounce` under its own request; the algorithm's
+  // request completes once a received one is copied to the device.
+  struct Staged {
+    Request* user;
+    Request shadow;
+    std::vector<uint8_t> bounce;
+    mem::Device* device;
+    void* deviceDst;  // a receive's destination; nullptr for a send
+  };
+  mem::Device* staging_ = nullptr;
+  std::list<Staged> staged_;  // in flight; a list keeps each shadow request where the transport was given it
+  bool finishStaged();
   std::atomic<uint64_t> bytesSent_{0};
 };
 
