@@ -49,6 +49,7 @@ struct Check {
   // Where the call's buffers live (Note [Memory spaces]): host memory or the communicator's device, both in the
   // same one. A buffer the call does not use is passed as nullptr.
   mem::Space space(const void* send, const void* recv) const {
+    if (!mem::anyDevices()) return {};
     const mem::Space s = mem::classify(send), r = mem::classify(recv);
     if (s == r) return fits(s, "sendbuff", send);
     if (send != nullptr && recv != nullptr)

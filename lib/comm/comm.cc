@@ -192,6 +192,10 @@ bool Comm::progress() {
 // to a bounce buffer before the transport takes them, a receive lands in one and is copied to the device before
 // the algorithm sees it done. The algorithms' chunks make it a pipeline: the copy of chunk k+1 runs while the
 // transport still moves chunk k.
+Comm::Staged& Comm::stage(Request* user, size_t len, void* deviceDst) {
+  return staged_.emplace_back(Staged{user, {}, std::vector<uint8_t>(len), staging_, deviceDst});
+}
+
 bool Comm::finishStaged() {
   bool moved = false;
   for (auto it = staged_.begin(); it != staged_.end();) {
@@ -218,8 +222,8 @@ void Comm::sleepOnTransports() {
 }
 
 void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) {
-  if (staging_ != nullptr && len > 0) {
-    Staged& s = staged_.emplace_back(Staged{req, {}, std::vector<uint8_t>(len), staging_, nullptr});
+  if (staging_ != nullptr && len > 0) [[unlikely]] {
+    Staged& s = stage(req, len, nullptr);
     staging_->copy(s.bounce.data(), buf, len);
     buf = s.bounce.data();
     req = &s.shadow;
@@ -231,8 +235,8 @@ void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Reques
 }
 
 void Comm::irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) {
-  if (staging_ != nullptr && len > 0) {
-    Staged& s = staged_.emplace_back(Staged{req, {}, std::vector<uint8_t>(len), staging_, buf});
+  if (staging_ != nullptr && len > 0) [[unlikely]] {
+    Staged& s = stage(req, len, buf);
     buf = s.bounce.data();
     req = &s.shadow;
   }

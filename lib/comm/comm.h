@@ -157,6 +157,7 @@ class Comm : public algo::Context {
   };
   mem::Device* staging_ = nullptr;
   std::list<Staged> staged_;  // in flight; a list keeps each shadow request where the transport was given it
+  [[gnu::noinline]] Staged& stage(Request* user, size_t len, void* deviceDst);
   bool finishStaged();
   std::atomic<uint64_t> bytesSent_{0};
 };

@@ -1,12 +1,7 @@
 #include "lib/mem/space.h"
 
-#include <atomic>
 
 namespace chorus::mem {
-
-namespace {
-std::atomic<Classifier*> gClassifier{nullptr};
-}
 
 void Space::reduceN(void* dst, const void* const* srcs, int n, size_t count, chorusDataType_t dt,
                     chorusRedOp_t op) const {
@@ -16,15 +11,10 @@ void Space::reduceN(void* dst, const void* const* srcs, int n, size_t count, cho
   for (int i = 2; i < n; ++i) kernels::reduce(dst, dst, srcs[i], count, dt, op);
 }
 
-void setClassifier(Classifier* c) { gClassifier.store(c, std::memory_order_release); }
-
-Space classify(const void* p) {
-  Classifier* c = gClassifier.load(std::memory_order_acquire);
-  return Space(c != nullptr && p != nullptr ? c->deviceOf(p) : nullptr);
-}
+void setClassifier(Classifier* c) { detail::gClassifier.store(c, std::memory_order_release); }
 
 Space currentSpace() {
-  Classifier* c = gClassifier.load(std::memory_order_acquire);
+  Classifier* c = detail::gClassifier.load(std::memory_order_acquire);
   return Space(c != nullptr ? c->current() : nullptr);
 }
 

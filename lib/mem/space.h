@@ -12,6 +12,7 @@
 // that device's, both buffers of a call in one space, and refuses the rest naming the argument.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -88,7 +89,16 @@ class Classifier {
   ~Classifier() = default;
 };
 void setClassifier(Classifier* c);  // nullptr unregisters; c outlives every communicator that used it
-Space classify(const void* p);      // host for nullptr
 Space currentSpace();               // the space of this thread's current device, host without one
+
+namespace detail {
+inline std::atomic<Classifier*> gClassifier{nullptr};
+}
+// True when a device runtime is registered; without one every pointer is host memory.
+inline bool anyDevices() { return detail::gClassifier.load(std::memory_order_acquire) != nullptr; }
+inline Space classify(const void* p) {  // host for nullptr
+  Classifier* c = detail::gClassifier.load(std::memory_order_acquire);
+  return Space(c != nullptr && p != nullptr ? c->deviceOf(p) : nullptr);
+}
 
 }  // namespace chorus::mem
