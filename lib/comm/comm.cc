@@ -203,8 +203,10 @@ bool Comm::finishStaged() {
       ++it;
       continue;
     }
-    if (it->deviceDst != nullptr) it->device->copy(it->deviceDst, it->bounce.data(), it->bounce.size());
-    it->user->done = true;
+    if (it->user != nullptr) {
+      if (it->deviceDst != nullptr) it->device->copy(it->deviceDst, it->bounce.data(), it->bounce.size());
+      it->user->done = true;
+    }
     it = staged_.erase(it);
     moved = true;
   }

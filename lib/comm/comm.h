@@ -59,6 +59,12 @@ class Comm : public algo::Context {
   void beginCall(const mem::Space& space) {
     staging_ = !space.isHost() && !space.device()->hostAccessible() ? space.device() : nullptr;
   }
+  // After each operation: a staged message still in flight (the operation failed) no longer reports to the
+  // algorithm's request, which is gone; its bounce buffer stays until the transport is done with it.
+  void endCall() {
+    if (!staged_.empty()) [[unlikely]]
+      for (Staged& s : staged_) s.user = nullptr;
+  }
 
   // ---- algo::Context, for algorithms (executing thread only) ----
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) final;

@@ -40,6 +40,7 @@ void Executor::execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* 
     *rc = f.code();
     *msg = f.what();
   }
+  comm_.endCall();
 }
 
 void Executor::runBlocking(FunctionRef<void()> fn) {
