@@ -250,26 +250,31 @@ bool loadOne(const std::string& path, std::optional<Descriptor>* out, std::strin
     dlclose(h);
     return false;
   }
+  // Everything is checked before anything is taken, so a refused file can be closed.
+  if (memory != nullptr &&
+      (memory->version != CHORUS_MEMORY_PLUGIN_VERSION || memory->name == nullptr || memory->classify == nullptr)) {
+    *why = fmt::format("{} says it is a memory plugin of version {}; this libchorus speaks version {}", path,
+                       memory->version, CHORUS_MEMORY_PLUGIN_VERSION);
+    dlclose(h);
+    return false;
+  }
+  if (table != nullptr &&
+      (table->version != CHORUS_TRANSPORT_PLUGIN_VERSION || table->name == nullptr || table->create == nullptr)) {
+    *why = fmt::format("{} says it is a plugin of version {}; this libchorus speaks version {}", path, table->version,
+                       CHORUS_TRANSPORT_PLUGIN_VERSION);
+    dlclose(h);
+    return false;
+  }
+  if (std::string bad = table != nullptr ? chunkStepsProblem(table->traits) : ""; !bad.empty()) {
+    *why = fmt::format("{} ({}) is refused: its pipeline chunk steps are invalid: {}", path, table->name, bad);
+    dlclose(h);
+    return false;
+  }
   if (memory != nullptr) {
-    if (memory->version != CHORUS_MEMORY_PLUGIN_VERSION || memory->name == nullptr || memory->classify == nullptr) {
-      *why = fmt::format("{} says it is a memory plugin of version {}; this libchorus speaks version {}", path,
-                         memory->version, CHORUS_MEMORY_PLUGIN_VERSION);
-      return false;  // not closed: a transport table of the same file may have been taken already elsewhere
-    }
     std::string note = registerMemoryPlugin(memory, path);
     *memoryNote = fmt::format("device runtime {}: {}", memory->name, note.empty() ? "registered" : note);
   }
-  if (table == nullptr) return true;
-  if (table->version != CHORUS_TRANSPORT_PLUGIN_VERSION || table->name == nullptr || table->create == nullptr) {
-    *why = fmt::format("{} says it is a plugin of version {}; this libchorus speaks version {}", path, table->version,
-                       CHORUS_TRANSPORT_PLUGIN_VERSION);
-    return false;
-  }
-  if (std::string bad = chunkStepsProblem(table->traits); !bad.empty()) {
-    *why = fmt::format("{} ({}) is refused: its pipeline chunk steps are invalid: {}", path, table->name, bad);
-    return false;
-  }
-  *out = descriptorOf(table, path);
+  if (table != nullptr) *out = descriptorOf(table, path);
   return true;
 }
 
