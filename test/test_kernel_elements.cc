@@ -122,22 +122,6 @@ Inputs<D> makeInputs(uint64_t seed) {
   return in;
 }
 
-template <class F>
-void withType(chorusDataType_t dt, F&& f) {
-  switch (dt) {
-    case chorusInt8: return f(std::integral_constant<chorusDataType_t, chorusInt8>{});
-    case chorusUint8: return f(std::integral_constant<chorusDataType_t, chorusUint8>{});
-    case chorusInt32: return f(std::integral_constant<chorusDataType_t, chorusInt32>{});
-    case chorusUint32: return f(std::integral_constant<chorusDataType_t, chorusUint32>{});
-    case chorusInt64: return f(std::integral_constant<chorusDataType_t, chorusInt64>{});
-    case chorusUint64: return f(std::integral_constant<chorusDataType_t, chorusUint64>{});
-    case chorusFloat16: return f(std::integral_constant<chorusDataType_t, chorusFloat16>{});
-    case chorusFloat32: return f(std::integral_constant<chorusDataType_t, chorusFloat32>{});
-    case chorusFloat64: return f(std::integral_constant<chorusDataType_t, chorusFloat64>{});
-    case chorusBfloat16: return f(std::integral_constant<chorusDataType_t, chorusBfloat16>{});
-  }
-}
-
 template <chorusDataType_t D>
 elem::Storage<D> applyOp(chorusRedOp_t op, elem::Storage<D> a, elem::Storage<D> b) {
   switch (op) {
@@ -186,7 +170,7 @@ class ElementTest : public ::testing::TestWithParam<chorusDataType_t> {};
 
 TEST_P(ElementTest, ReduceAndAvgMatchEveryIsa) {
   IsaGuard guard;
-  withType(GetParam(), [](auto tag) {
+  elem::withType(GetParam(), [](auto tag) {
     constexpr chorusDataType_t D = decltype(tag)::value;
     using S = elem::Storage<D>;
     const Inputs<D> in = makeInputs<D>(uint64_t(D) * 1000 + 1);
@@ -220,7 +204,7 @@ TEST_P(ElementTest, ReduceAndAvgMatchEveryIsa) {
 // scaleDivide straight on the inputs (specials, NaNs and all), and divisor 0 (a no-op).
 TEST_P(ElementTest, ScaleDivideMatchesEveryIsa) {
   IsaGuard guard;
-  withType(GetParam(), [](auto tag) {
+  elem::withType(GetParam(), [](auto tag) {
     constexpr chorusDataType_t D = decltype(tag)::value;
     using S = elem::Storage<D>;
     const Inputs<D> in = makeInputs<D>(uint64_t(D) * 1000 + 2);
@@ -245,7 +229,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, ElementTest, ::testing::ValuesIn(kTypes),
 TEST(Element, LargeStreamingPath) {
   IsaGuard guard;
   for (chorusDataType_t dt : {chorusFloat16, chorusFloat32, chorusFloat64, chorusBfloat16, chorusInt64}) {
-    withType(dt, [](auto tag) {
+    elem::withType(dt, [](auto tag) {
       constexpr chorusDataType_t D = decltype(tag)::value;
       using S = elem::Storage<D>;
       const Inputs<D> in = makeInputs<D>(uint64_t(D) * 1000 + 3);

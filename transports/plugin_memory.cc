@@ -4,6 +4,7 @@
 
 #include <deque>
 #include <mutex>
+#include <string_view>
 
 #include "lib/base/error.h"
 #include "lib/mem/space.h"
@@ -11,6 +12,13 @@
 namespace chorus::transport {
 
 namespace {
+
+// Throws the plugin's failure rc as chorus::Error: "WHO: WHAT failed: the plugin's lastError()".
+void throwOnFailure(const chorusMemoryPlugin_v1_t* t, int rc, std::string_view who, std::string_view what) {
+  if (rc == 0) return;
+  const char* why = t->lastError != nullptr ? t->lastError() : nullptr;
+  throw Error(static_cast<chorusResult_t>(rc), fmt::format("{}: {} failed: {}", who, what, why ? why : "?"));
+}
 
 class PluginDevice final : public mem::Device {
  public:
@@ -32,18 +40,14 @@ class PluginDevice final : public mem::Device {
   }
   void* allocate(size_t bytes) override {
     void* p = nullptr;
-    check(t_->allocate(ordinal_, bytes, &p), fmt::format("allocating {} bytes", bytes).c_str());
+    check(t_->allocate(ordinal_, bytes, &p), fmt::format("allocating {} bytes", bytes));
     return p;
   }
   void release(void* p) override { t_->release(ordinal_, p); }  // from destructors: a failure is not thrown
   bool hostAccessible() const override { return t_->hostAccessible != nullptr && t_->hostAccessible(ordinal_) != 0; }
 
  private:
-  void check(int rc, const char* what) const {
-    if (rc == 0) return;
-    const char* why = t_->lastError != nullptr ? t_->lastError() : nullptr;
-    throw Error(static_cast<chorusResult_t>(rc), fmt::format("{}: {} failed: {}", name_, what, why ? why : "?"));
-  }
+  void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, name_, what); }
   const chorusMemoryPlugin_v1_t* t_;
   int ordinal_;
   std::string name_;
@@ -73,11 +77,7 @@ class PluginRuntime final : public mem::Classifier {
       if (d.ordinal() == ordinal) return &d;
     return &devices_.emplace_back(t_, ordinal);
   }
-  void check(int rc, const std::string& what) const {
-    if (rc == 0) return;
-    const char* why = t_->lastError != nullptr ? t_->lastError() : nullptr;
-    throw Error(static_cast<chorusResult_t>(rc), fmt::format("{}: {} failed: {}", t_->name, what, why ? why : "?"));
-  }
+  void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, t_->name, what); }
   const chorusMemoryPlugin_v1_t* t_;
   std::string origin_;
   std::mutex mu_;

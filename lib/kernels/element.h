@@ -213,4 +213,23 @@ CHORUS_HD inline Storage<D> scale(Storage<D> x, int divisor) {
   return divisor == 0 ? x : E::store(divideBy(E::load(x), divisor));
 }
 
+// Host code's dispatch on a datatype: returns f(std::integral_constant<chorusDataType_t, D>{}) for dt's D, and for
+// a value outside chorusDataType_t the optional `otherwise` (nothing when f returns void).
+template <class F, class... Otherwise>
+inline auto withType(chorusDataType_t dt, F&& f, Otherwise... otherwise) {
+  switch (dt) {
+    case chorusInt8: return f(std::integral_constant<chorusDataType_t, chorusInt8>{});
+    case chorusUint8: return f(std::integral_constant<chorusDataType_t, chorusUint8>{});
+    case chorusInt32: return f(std::integral_constant<chorusDataType_t, chorusInt32>{});
+    case chorusUint32: return f(std::integral_constant<chorusDataType_t, chorusUint32>{});
+    case chorusInt64: return f(std::integral_constant<chorusDataType_t, chorusInt64>{});
+    case chorusUint64: return f(std::integral_constant<chorusDataType_t, chorusUint64>{});
+    case chorusFloat16: return f(std::integral_constant<chorusDataType_t, chorusFloat16>{});
+    case chorusFloat32: return f(std::integral_constant<chorusDataType_t, chorusFloat32>{});
+    case chorusFloat64: return f(std::integral_constant<chorusDataType_t, chorusFloat64>{});
+    case chorusBfloat16: return f(std::integral_constant<chorusDataType_t, chorusBfloat16>{});
+  }
+  return (otherwise, ...);
+}
+
 }  // namespace chorus::kernels::elem

@@ -116,27 +116,11 @@ cudaError_t launch(unsigned char* dst, const Sources& src, size_t count, int div
   return cudaGetLastError();
 }
 
-template <class F>
-cudaError_t withType(chorusDataType_t dt, F&& f) {
-  switch (dt) {
-    case chorusInt8: return f(std::integral_constant<chorusDataType_t, chorusInt8>{});
-    case chorusUint8: return f(std::integral_constant<chorusDataType_t, chorusUint8>{});
-    case chorusInt32: return f(std::integral_constant<chorusDataType_t, chorusInt32>{});
-    case chorusUint32: return f(std::integral_constant<chorusDataType_t, chorusUint32>{});
-    case chorusInt64: return f(std::integral_constant<chorusDataType_t, chorusInt64>{});
-    case chorusUint64: return f(std::integral_constant<chorusDataType_t, chorusUint64>{});
-    case chorusFloat16: return f(std::integral_constant<chorusDataType_t, chorusFloat16>{});
-    case chorusFloat32: return f(std::integral_constant<chorusDataType_t, chorusFloat32>{});
-    case chorusFloat64: return f(std::integral_constant<chorusDataType_t, chorusFloat64>{});
-    case chorusBfloat16: return f(std::integral_constant<chorusDataType_t, chorusBfloat16>{});
-  }
-  return cudaErrorInvalidValue;
-}
 
 cudaError_t reduceSources(void* dst, const Sources& src, size_t count, chorusDataType_t dt, chorusRedOp_t op,
                           cudaStream_t stream) {
   auto* d = static_cast<unsigned char*>(dst);
-  return withType(dt, [&](auto tag) {
+  return elem::withType(dt, [&](auto tag) {
     constexpr chorusDataType_t D = decltype(tag)::value;
     switch (op) {
       case chorusSum: case chorusAvg: return launch<D, chorusSum, false>(d, src, count, 0, stream);
@@ -145,23 +129,24 @@ cudaError_t reduceSources(void* dst, const Sources& src, size_t count, chorusDat
       case chorusMin: return launch<D, chorusMin, false>(d, src, count, 0, stream);
     }
     return cudaErrorInvalidValue;
-  });
+  }, cudaErrorInvalidValue);
 }
 
 bool validOp(chorusRedOp_t op) { return int(op) >= int(chorusSum) && int(op) <= int(chorusAvg); }
+bool validType(chorusDataType_t dt) { return int(dt) >= int(chorusInt8) && int(dt) <= int(chorusBfloat16); }
 
 }  // namespace
 
-cudaError_t reduce(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt,
-                               chorusRedOp_t op, cudaStream_t stream) {
+cudaError_t reduce(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt, chorusRedOp_t op,
+                   cudaStream_t stream) {
   const void* srcs[] = {a, b};
   return reduceN(dst, srcs, 2, count, dt, op, stream);
 }
 
-cudaError_t reduceN(void* dst, const void* const* srcs, int n, size_t count, chorusDataType_t dt,
-                                 chorusRedOp_t op, cudaStream_t stream) {
-  if (n < 1 || n > kCudaMaxSources || !validOp(op)) return cudaErrorInvalidValue;
-  if (count == 0) return withType(dt, [](auto) { return cudaSuccess; });
+cudaError_t reduceN(void* dst, const void* const* srcs, int n, size_t count, chorusDataType_t dt, chorusRedOp_t op,
+                    cudaStream_t stream) {
+  if (n < 1 || n > kCudaMaxSources || !validOp(op) || !validType(dt)) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
   if (!dst || !srcs) return cudaErrorInvalidValue;
   Sources src{};
   src.n = n;
@@ -170,25 +155,26 @@ cudaError_t reduceN(void* dst, const void* const* srcs, int n, size_t count, cho
     src.p[s] = static_cast<const unsigned char*>(srcs[s]);
   }
   if (n == 1) {
-    return withType(dt, [&](auto tag) {
+    return elem::withType(dt, [&](auto tag) {
       if (dst == srcs[0]) return cudaSuccess;
       return cudaMemcpyAsync(dst, srcs[0], count * sizeof(elem::Storage<decltype(tag)::value>),
                              cudaMemcpyDeviceToDevice, stream);
-    });
+    }, cudaErrorInvalidValue);
   }
   return reduceSources(dst, src, count, dt, op, stream);
 }
 
 cudaError_t scaleDivide(void* buf, size_t count, chorusDataType_t dt, int divisor, cudaStream_t stream) {
-  if (count == 0 || divisor == 0) return withType(dt, [](auto) { return cudaSuccess; });
+  if (!validType(dt)) return cudaErrorInvalidValue;
+  if (count == 0 || divisor == 0) return cudaSuccess;
   if (!buf) return cudaErrorInvalidValue;
   Sources src{};
   src.n = 1;
   src.p[0] = static_cast<const unsigned char*>(buf);
   auto* d = static_cast<unsigned char*>(buf);
-  return withType(dt, [&](auto tag) {
+  return elem::withType(dt, [&](auto tag) {
     return launch<decltype(tag)::value, chorusSum, true>(d, src, count, divisor, stream);
-  });
+  }, cudaErrorInvalidValue);
 }
 
 }  // namespace chorus::kernels::gpu
