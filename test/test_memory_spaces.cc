@@ -9,7 +9,11 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
@@ -32,13 +36,20 @@ using test::runRanks;
 
 // The fake devices' plugin, loaded as any device runtime is: through the plugin host, which registers it.
 struct FakePlugin {
-  const chorusMemoryPlugin_v1_t* table = nullptr;
+  const chorusMemoryPlugin_v2_t* table = nullptr;
   void (*setCurrent)(int) = nullptr;
   void (*failAllocations)(int) = nullptr;
   void (*setHostAccessible)(int) = nullptr;  // 0: per-block keys for what is allocated next (see fakedev.cc)
   long (*reduces)() = nullptr;
   long (*allocations)() = nullptr;   // by Chorus (scratch), not the test's buffers
   void* (*testBuffer)(int, size_t) = nullptr;
+  // Device streams: threads that run what is queued in order (fakedev.cc).
+  void* (*streamCreate)(int) = nullptr;
+  void (*streamLaunch)(void*, void (*)(void*), void*) = nullptr;
+  void (*streamFail)(void*) = nullptr;  // queues a kernel that fails
+  void (*streamDestroy)(void*) = nullptr;
+  long (*fences)() = nullptr;
+  long (*openStreams)() = nullptr;  // opened by Chorus and not closed yet
 };
 const FakePlugin& fake() {
   static const FakePlugin f = [] {
@@ -50,13 +61,19 @@ const FakePlugin& fake() {
     FakePlugin p;
     void* h = dlopen((dir + "/libchorus-fakedev.so").c_str(), RTLD_NOW | RTLD_NOLOAD);
     if (h == nullptr) return p;
-    p.table = static_cast<const chorusMemoryPlugin_v1_t*>(dlsym(h, CHORUS_MEMORY_PLUGIN_SYMBOL));
+    p.table = static_cast<const chorusMemoryPlugin_v2_t*>(dlsym(h, CHORUS_MEMORY_PLUGIN_SYMBOL));
     p.setCurrent = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetCurrent"));
     p.failAllocations = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevFailAllocations"));
     p.setHostAccessible = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetHostAccessible"));
     p.reduces = reinterpret_cast<long (*)()>(dlsym(h, "fakedevReduces"));
     p.allocations = reinterpret_cast<long (*)()>(dlsym(h, "fakedevAllocations"));
     p.testBuffer = reinterpret_cast<void* (*)(int, size_t)>(dlsym(h, "fakedevTestBuffer"));
+    p.streamCreate = reinterpret_cast<void* (*)(int)>(dlsym(h, "fakedevStreamCreate"));
+    p.streamLaunch = reinterpret_cast<void (*)(void*, void (*)(void*), void*)>(dlsym(h, "fakedevStreamLaunch"));
+    p.streamFail = reinterpret_cast<void (*)(void*)>(dlsym(h, "fakedevStreamFail"));
+    p.streamDestroy = reinterpret_cast<void (*)(void*)>(dlsym(h, "fakedevStreamDestroy"));
+    p.fences = reinterpret_cast<long (*)()>(dlsym(h, "fakedevFences"));
+    p.openStreams = reinterpret_cast<long (*)()>(dlsym(h, "fakedevOpenStreams"));
     return p;
   }();
   return f;
@@ -332,6 +349,209 @@ TEST(SpaceErrors, ADeviceErrorInsideACollectiveFailsItOnEveryRank) {
   EXPECT_NE(text[1 - injected].find("rank " + std::to_string(injected)), std::string::npos) << text[1 - injected];
 }
 
+// ---- Device streams (Note [Device streams] in lib/comm/stream.cc), over the fake device's streams ----
+
+// A "kernel" for a fake device stream: any host function, run by the stream's thread in queue order.
+void launch(void* stream, std::function<void()> fn) {
+  auto* f = new std::function<void()>(std::move(fn));
+  fake().streamLaunch(stream, [](void* p) {
+    auto* g = static_cast<std::function<void()>*>(p);
+    (*g)();
+    delete g;
+  }, f);
+}
+
+// Holds a kernel until the test opens it (or 20 s pass, so that a call that wrongly blocks fails the test rather
+// than hanging it).
+class Gate {
+ public:
+  void open() {
+    std::lock_guard<std::mutex> g(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> g(mu_);
+    cv_.wait_for(g, std::chrono::seconds(20), [&] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// A fake device stream and the chorusStream that follows it, for one rank.
+struct Streams {
+  explicit Streams(chorusComm_t comm) : device(fake().streamCreate(0)) {
+    check(chorusStreamCreateFromCuda(comm, device, &stream), comm, "chorusStreamCreateFromCuda");
+  }
+  ~Streams() {
+    chorusStreamDestroy(stream);
+    fake().streamDestroy(device);
+  }
+  void* device;
+  chorusStream_t stream = nullptr;
+};
+
+// NCCL's contract, on every rank: the collective starts after the kernel queued before it (which writes its input
+// and is held until the call has returned), the kernel queued after it (which reads its output) waits for it, and
+// the calling thread does not block. Three rounds on one stream, so fences follow one another.
+class DeviceStreamOrder : public ::testing::TestWithParam<int> {};
+
+TEST_P(DeviceStreamOrder, ACollectiveFollowsItsCudaStreamWithoutBlockingTheCaller) {
+  useDevice(0);
+  const int n = GetParam();
+  constexpr size_t kCount = 1031;
+  const long fencesBefore = fake().fences(), openBefore = fake().openStreams();
+  auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
+    Streams st(comm);
+    DeviceBuf in(0, kCount * 4), out(0, kCount * 4);
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      in.upload(std::vector<uint8_t>(kCount * 4, 0));
+      out.upload(std::vector<uint8_t>(kCount * 4, 0xC3));
+      std::vector<float> input(kCount);
+      for (size_t i = 0; i < kCount; ++i) input[i] = static_cast<float>(r + 1 + (i + round) % 7);
+      Gate gate;
+      std::atomic<bool> written{false};
+      launch(st.device, [&] {
+        gate.wait();
+        std::vector<uint8_t> bytes(kCount * 4);
+        std::memcpy(bytes.data(), input.data(), bytes.size());
+        in.upload(bytes);
+        written = true;
+      });
+      check(chorusAllReduce(in.data(), out.data(), kCount, chorusFloat32, chorusSum, comm, st.stream), comm,
+            "AllReduce on the device stream");
+      EXPECT_FALSE(written.load()) << "the call waited for the kernel queued before it";
+      std::vector<uint8_t> seen;
+      launch(st.device, [&] { seen = out.download(); });
+      EXPECT_EQ(chorusStreamQuery(st.stream), chorusInProgress);
+      gate.open();
+      check(chorusStreamSynchronize(st.stream), comm, "chorusStreamSynchronize");
+      ASSERT_EQ(seen.size(), kCount * 4) << "the kernel after the collective had not run when Synchronize returned";
+      std::vector<float> got(kCount);
+      std::memcpy(got.data(), seen.data(), seen.size());
+      for (size_t i = 0; i < kCount; ++i) {
+        float want = 0;
+        for (int q = 0; q < n; ++q) want += static_cast<float>(q + 1 + (i + round) % 7);
+        ASSERT_EQ(got[i], want) << "element " << i << " as the kernel after the collective saw it";
+      }
+    }
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  EXPECT_EQ(fake().fences() - fencesBefore, 3L * n);
+  EXPECT_EQ(fake().openStreams(), openBefore) << "chorusStreamDestroy left a device stream open";
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DeviceStreamOrder, ::testing::Values(1, 2, 3));
+
+// Host functions on such a stream follow it too, and a group of calls on it (Send/Recv) takes one fence.
+TEST(DeviceStreams, HostFunctionsAndGroupsFollowTheDeviceStream) {
+  useDevice(0);
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    Streams st(comm);
+    Gate gate;
+    std::atomic<bool> kernelDone{false}, fnRan{false}, fnSawKernel{false};
+    launch(st.device, [&] {
+      gate.wait();
+      kernelDone = true;
+    });
+    struct Flags {
+      std::atomic<bool>*ran, *sawKernel, *kernelDone;
+    } flags{&fnRan, &fnSawKernel, &kernelDone};
+    check(chorusLaunchHostFunc(st.stream, [](void* p) {
+      auto* f = static_cast<Flags*>(p);
+      *f->sawKernel = f->kernelDone->load();
+      *f->ran = true;
+    }, &flags), comm, "chorusLaunchHostFunc");
+    DeviceBuf send(0, 64), recv(0, 64);
+    send.upload(std::vector<uint8_t>(64, static_cast<uint8_t>(10 + r)));
+    const long fencesBefore = fake().fences();
+    chorusGroupStart();
+    chorusSend(send.data(), 64, chorusUint8, 1 - r, comm, st.stream);
+    chorusRecv(recv.data(), 64, chorusUint8, 1 - r, comm, st.stream);
+    check(chorusGroupEnd(), comm, "GroupEnd of calls on the device stream");
+    EXPECT_GE(fake().fences() - fencesBefore, 1);
+    EXPECT_FALSE(fnRan.load()) << "the host function ran before the kernel queued before it";
+    gate.open();
+    check(chorusStreamSynchronize(st.stream), comm, "chorusStreamSynchronize");
+    EXPECT_TRUE(fnRan.load());
+    EXPECT_TRUE(fnSawKernel.load()) << "the host function ran before the kernel queued before it had finished";
+    EXPECT_EQ(recv.download(), std::vector<uint8_t>(64, static_cast<uint8_t>(10 + (1 - r))));
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+TEST(DeviceStreams, AStreamOfAnotherDeviceOrWithoutOneIsRefusedNamingIt) {
+  useDevice(0);
+  auto errors = runRanks(1, [&](int, chorusComm_t& comm) {
+    void* other = fake().streamCreate(1);
+    chorusStream_t s = nullptr;
+    EXPECT_EQ(chorusStreamCreateFromCuda(comm, other, &s), chorusInvalidArgument);
+    std::string text = chorusGetLastError(comm);
+    for (const char* w : {"cudaStream", "fake:1", "works on fake:0"})
+      EXPECT_NE(text.find(w), std::string::npos) << "'" << w << "' not in: " << text;
+    EXPECT_EQ(s, nullptr);
+    EXPECT_EQ(chorusStreamCreateFromCuda(comm, nullptr, &s), chorusUnhandledCudaError);  // the runtime's refusal
+    EXPECT_NE(std::string(chorusGetLastError(comm)).find("no default stream"), std::string::npos)
+        << chorusGetLastError(comm);
+    EXPECT_EQ(chorusStreamCreateFromCuda(comm, other, nullptr), chorusInvalidArgument);
+    fake().streamDestroy(other);
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  useDevice(-1);
+  errors = runRanks(1, [&](int, chorusComm_t& comm) {
+    void* ds = fake().streamCreate(0);
+    chorusStream_t s = nullptr;
+    EXPECT_EQ(chorusStreamCreateFromCuda(comm, ds, &s), chorusInvalidArgument);
+    EXPECT_NE(std::string(chorusGetLastError(comm)).find("host memory only"), std::string::npos)
+        << chorusGetLastError(comm);
+    fake().streamDestroy(ds);
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+// A failure inside the collective (device scratch allocation fails on one rank) and a failed kernel queued before
+// it (on rank 0): every rank's stream reports an error, the device stream is released all the same (the kernel
+// after the collective runs), the communicator says it failed, and nobody hangs.
+TEST(DeviceStreams, AFailureReachesTheStreamAndReleasesTheDeviceStream) {
+  for (const bool kernelFails : {false, true}) {
+    SCOPED_TRACE(kernelFails ? "a kernel before the collective fails" : "the collective fails");
+    useDevice(0);
+    std::vector<std::string> text(2);
+    std::vector<chorusResult_t> rc(2, chorusSuccess), async(2, chorusSuccess);
+    if (!kernelFails) fake().failAllocations(1);
+    auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+      Streams st(comm);
+      DeviceBuf a(0, 4096);
+      if (kernelFails && r == 0) fake().streamFail(st.device);
+      check(chorusAllReduce(a.data(), a.data(), 1024, chorusFloat32, chorusSum, comm, st.stream), comm,
+            "AllReduce on the device stream (it fails later)");
+      std::atomic<bool> after{false};
+      launch(st.device, [&] { after = true; });
+      rc[r] = chorusStreamSynchronize(st.stream);
+      text[r] = chorusGetLastError(nullptr);
+      EXPECT_TRUE(after.load()) << "the device stream stayed held after the collective failed";
+      chorusCommGetAsyncError(comm, &async[r]);
+    });
+    fake().failAllocations(0);
+    for (const auto& e : errors) ADD_FAILURE() << e;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_NE(rc[r], chorusSuccess) << "rank " << r;
+      EXPECT_NE(async[r], chorusSuccess) << "rank " << r;
+    }
+    const std::string want = kernelFails ? "a kernel on the stream failed" : "out of memory (injected by the test)";
+    EXPECT_TRUE(text[0].find(want) != std::string::npos || text[1].find(want) != std::string::npos)
+        << text[0] << "\n" << text[1];
+    if (kernelFails) {
+      EXPECT_EQ(rc[0], chorusUnhandledCudaError) << text[0];
+      EXPECT_NE(text[1].find("rank 0"), std::string::npos) << text[1];
+    }
+  }
+}
+
 // chorus_info lists the device runtimes it found: the fake one registered, the one of a later version refused.
 TEST(MemoryPlugins, ChorusInfoListsDeviceRuntimesAndRefusesOtherVersions) {
   const std::string dir = test::buildDir() + "/test/fixtures/memory";
@@ -339,7 +559,7 @@ TEST(MemoryPlugins, ChorusInfoListsDeviceRuntimesAndRefusesOtherVersions) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("memory: host (built in)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("fake from " + dir + "/libchorus-fakedev.so: registered"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("libchorus-memfuture.so is a memory plugin of version 2; this libchorus speaks version 1"),
+  EXPECT_NE(r.output.find("libchorus-memfuture.so is a memory plugin of version 3; this libchorus speaks version 2"),
             std::string::npos) << r.output;
 }
 

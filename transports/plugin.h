@@ -113,14 +113,14 @@ typedef struct {
   void (*close)(void* transport, int64_t deadlineNs);
 } chorusTransportPlugin_v2_t;
 
-/* Note [Memory plugins]: a plugin may also (or instead) export chorusMemoryPlugin_v1, a device runtime's memory
+/* Note [Memory plugins]: a plugin may also (or instead) export chorusMemoryPlugin_v2, a device runtime's memory
  * (Note [Memory spaces] in lib/mem/space.h): which pointers are memory of its devices, and the data work the
  * algorithms do on them. It has its own version, bumped on any change to this table. Every function returns a
  * chorusResult_t (chorusUnhandledCudaError for an error of the device's runtime) and on failure lastError(), of
  * the calling thread, says why. Data functions run after the calls before them and have finished when they
- * return. Devices are named NAME:ORDINAL. */
-#define CHORUS_MEMORY_PLUGIN_VERSION 1
-#define CHORUS_MEMORY_PLUGIN_SYMBOL "chorusMemoryPlugin_v1"
+ * return. Devices are named NAME:ORDINAL. Version 2 added the device streams. */
+#define CHORUS_MEMORY_PLUGIN_VERSION 2
+#define CHORUS_MEMORY_PLUGIN_SYMBOL "chorusMemoryPlugin_v2"
 
 typedef struct {
   uint32_t version; /* CHORUS_MEMORY_PLUGIN_VERSION */
@@ -142,7 +142,18 @@ typedef struct {
   int (*scaleDivide)(int device, void* buf, size_t count, int dtype, int divisor);
   int (*allocate)(int device, size_t bytes, void** p);
   int (*release)(int device, void* p);
-} chorusMemoryPlugin_v1_t;
+  /* Device streams (all NULL where the runtime has none), for chorusStreamCreateFromCuda (Note [Device streams] in
+   * lib/comm/stream.cc). open wraps the runtime's own stream (a cudaStream_t; NULL is its default stream) and
+   * says which device it belongs to. fence queues on it a point the host can wait for (all work queued before)
+   * and then a wait that holds all work queued later until release(fence). Fences are released in the order
+   * they were made; reached never blocks (*reached = 1 once the work before the fence is done). Version 2. */
+  int (*streamOpen)(void* native, int* device, void** stream);
+  int (*streamFence)(void* stream, uint64_t* fence);
+  int (*streamReached)(void* stream, uint64_t fence, int* reached);
+  int (*streamRelease)(void* stream, uint64_t fence);
+  int (*streamSynchronize)(void* stream); /* like cudaStreamSynchronize */
+  void (*streamClose)(void* stream);      /* every fence released */
+} chorusMemoryPlugin_v2_t;
 
 #ifdef __cplusplus
 }

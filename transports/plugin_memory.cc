@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <string_view>
@@ -14,7 +15,7 @@ namespace chorus::transport {
 namespace {
 
 // Throws the plugin's failure rc as chorus::Error: "WHO: WHAT failed: the plugin's lastError()".
-void throwOnFailure(const chorusMemoryPlugin_v1_t* t, int rc, std::string_view who, std::string_view what) {
+void throwOnFailure(const chorusMemoryPlugin_v2_t* t, int rc, std::string_view who, std::string_view what) {
   if (rc == 0) return;
   const char* why = t->lastError != nullptr ? t->lastError() : nullptr;
   throw Error(static_cast<chorusResult_t>(rc), fmt::format("{}: {} failed: {}", who, what, why ? why : "?"));
@@ -22,7 +23,7 @@ void throwOnFailure(const chorusMemoryPlugin_v1_t* t, int rc, std::string_view w
 
 class PluginDevice final : public mem::Device {
  public:
-  PluginDevice(const chorusMemoryPlugin_v1_t* t, int ordinal)
+  PluginDevice(const chorusMemoryPlugin_v2_t* t, int ordinal)
       : t_(t), ordinal_(ordinal), name_(fmt::format("{}:{}", t->name, ordinal)) {}
   const char* name() const override { return name_.c_str(); }
   int ordinal() const { return ordinal_; }
@@ -48,14 +49,40 @@ class PluginDevice final : public mem::Device {
 
  private:
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, name_, what); }
-  const chorusMemoryPlugin_v1_t* t_;
+  const chorusMemoryPlugin_v2_t* t_;
   int ordinal_;
   std::string name_;
 };
 
-class PluginRuntime final : public mem::Classifier {
+class PluginStream final : public mem::DeviceStream {
  public:
-  PluginRuntime(const chorusMemoryPlugin_v1_t* t, std::string origin) : t_(t), origin_(std::move(origin)) {}
+  PluginStream(const chorusMemoryPlugin_v2_t* t, mem::Device* device, void* stream)
+      : t_(t), device_(device), stream_(stream) {}
+  ~PluginStream() override { t_->streamClose(stream_); }
+  mem::Device* device() const override { return device_; }
+  uint64_t fence() override {
+    uint64_t f = 0;
+    check(t_->streamFence(stream_, &f), "queueing a fence on its stream");
+    return f;
+  }
+  bool reached(uint64_t fence) override {
+    int yes = 0;
+    check(t_->streamReached(stream_, fence, &yes), "waiting for the work queued on its stream");
+    return yes != 0;
+  }
+  void release(uint64_t fence) override { check(t_->streamRelease(stream_, fence), "releasing its stream"); }
+  void synchronize() override { check(t_->streamSynchronize(stream_), "synchronizing its stream"); }
+
+ private:
+  void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, device_->name(), what); }
+  const chorusMemoryPlugin_v2_t* t_;
+  mem::Device* device_;
+  void* stream_;
+};
+
+class PluginRuntime final : public mem::Runtime {
+ public:
+  PluginRuntime(const chorusMemoryPlugin_v2_t* t, std::string origin) : t_(t), origin_(std::move(origin)) {}
   mem::Device* deviceOf(const void* p) override {
     int d = -1;
     check(t_->classify(p, &d), fmt::format("asking which memory {} is", p));
@@ -65,6 +92,21 @@ class PluginRuntime final : public mem::Classifier {
     int d = -1;
     check(t_->currentDevice(&d), "asking for the current device");
     return device(d);
+  }
+  const char* name() const override { return t_->name; }
+  std::unique_ptr<mem::DeviceStream> openStream(void* native) override {
+    if (t_->streamOpen == nullptr || t_->streamFence == nullptr || t_->streamReached == nullptr ||
+        t_->streamRelease == nullptr || t_->streamSynchronize == nullptr || t_->streamClose == nullptr)
+      throw Error(chorusInvalidUsage, fmt::format("the device runtime {} has no streams", describe()));
+    int d = -1;
+    void* s = nullptr;
+    check(t_->streamOpen(native, &d, &s), fmt::format("opening its stream {}", native));
+    mem::Device* dev = device(d);
+    if (dev == nullptr) {
+      t_->streamClose(s);
+      throw Error(chorusInternalError, fmt::format("{}: stream {} belongs to no device", t_->name, native));
+    }
+    return std::make_unique<PluginStream>(t_, dev, s);
   }
   std::string describe() const { return fmt::format("{} from {}", t_->name, origin_); }
 
@@ -78,7 +120,7 @@ class PluginRuntime final : public mem::Classifier {
     return &devices_.emplace_back(t_, ordinal);
   }
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, t_->name, what); }
-  const chorusMemoryPlugin_v1_t* t_;
+  const chorusMemoryPlugin_v2_t* t_;
   std::string origin_;
   std::mutex mu_;
   std::deque<PluginDevice> devices_;
@@ -87,10 +129,73 @@ class PluginRuntime final : public mem::Classifier {
 std::mutex gMu;
 PluginRuntime* gRuntime = nullptr;  // lives as long as the process: plugins are never unloaded
 std::vector<std::string> gSeen;
+std::string gUnavailable;  // the last memory plugin that could not run here, and why
+
+// Note [A driver without its plugin]: a process with the CUDA driver loaded may hand Chorus device memory even
+// when no CUDA plugin registered (none was built or found, or it cannot run here). Read as host memory it would
+// crash the process or give wrong results, so pointers are asked of the driver itself (cuPointerGetAttribute,
+// found with dlsym: libchorus.so links no CUDA) and the API refuses device memory naming the argument and why the
+// plugin is missing. Managed memory the CPU may touch stays host memory.
+class UnusableDevice final : public mem::Device {
+ public:
+  UnusableDevice(int ordinal, chorusResult_t code, std::string why)
+      : ordinal_(ordinal), name_(fmt::format("cuda:{}", ordinal)), code_(code), why_(std::move(why)) {}
+  const char* name() const override { return name_.c_str(); }
+  const char* unusable(chorusResult_t* code) const override {
+    *code = code_;
+    return why_.c_str();
+  }
+  void copy(void*, const void*, size_t) override { refuse(); }
+  void reduce(void*, const void*, const void*, size_t, chorusDataType_t, chorusRedOp_t) override { refuse(); }
+  void reduceN(void*, const void* const*, int, size_t, chorusDataType_t, chorusRedOp_t) override { refuse(); }
+  void scaleDivide(void*, size_t, chorusDataType_t, int) override { refuse(); }
+  void* allocate(size_t) override { refuse(); }
+  void release(void*) override {}
+  bool hostAccessible() const override { return false; }
+  int ordinal() const { return ordinal_; }
+
+ private:
+  [[noreturn]] void refuse() const { throw Error(code_, fmt::format("{}: {}", name_, why_)); }
+  int ordinal_;
+  std::string name_;
+  chorusResult_t code_;
+  std::string why_;
+};
+
+class DriverProbe final : public mem::Runtime {
+ public:
+  using GetAttribute = int (*)(void* data, int attribute, uintptr_t pointer);
+  DriverProbe(GetAttribute get, chorusResult_t code, std::string why) : get_(get), code_(code), why_(std::move(why)) {}
+  mem::Device* deviceOf(const void* p) override {
+    constexpr int kMemoryType = 2, kIsManaged = 8, kOrdinal = 9, kDeviceMemory = 2;  // CUpointer_attribute
+    unsigned type = 0;
+    int managed = 0, ordinal = 0;
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    if (get_(&type, kMemoryType, at) != 0 || type != kDeviceMemory) return nullptr;  // not the driver's: host
+    if (get_(&managed, kIsManaged, at) == 0 && managed != 0) return nullptr;
+    if (get_(&ordinal, kOrdinal, at) != 0) ordinal = 0;
+    std::lock_guard<std::mutex> g(mu_);
+    for (UnusableDevice& d : devices_)
+      if (d.ordinal() == ordinal) return &d;
+    return &devices_.emplace_back(ordinal, code_, why_);
+  }
+  mem::Device* current() override { return nullptr; }
+  const char* name() const override { return "cuda (the driver alone)"; }
+  std::unique_ptr<mem::DeviceStream> openStream(void* native) override {
+    throw Error(code_, fmt::format("cudaStream {} cannot be used: {}", native, why_));
+  }
+
+ private:
+  GetAttribute get_;
+  chorusResult_t code_;
+  std::string why_;
+  std::mutex mu_;
+  std::deque<UnusableDevice> devices_;
+};
 
 }  // namespace
 
-std::string registerMemoryPlugin(const chorusMemoryPlugin_v1_t* table, const std::string& file) {
+std::string registerMemoryPlugin(const chorusMemoryPlugin_v2_t* table, const std::string& file) {
   const char* unavailable = table->unavailable != nullptr ? table->unavailable() : nullptr;
   std::lock_guard<std::mutex> g(gMu);
   std::string why;
@@ -98,15 +203,32 @@ std::string registerMemoryPlugin(const chorusMemoryPlugin_v1_t* table, const std
   else if (gRuntime != nullptr)
     why = fmt::format("refused: the device runtime {} is registered already", gRuntime->describe());
   gSeen.push_back(fmt::format("{} from {}: {}", table->name, file, why.empty() ? "registered" : why));
+  if (unavailable != nullptr && *unavailable != '\0') gUnavailable = gSeen.back();
   if (!why.empty()) return why;
   gRuntime = new PluginRuntime(table, file);
-  mem::setClassifier(gRuntime);
+  mem::setRuntime(gRuntime);
   return "";
 }
 
 std::vector<std::string> memoryPlugins() {
   std::lock_guard<std::mutex> g(gMu);
   return gSeen;
+}
+
+void probeDeviceDriver() {
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);  // kept: the probe calls into it for good
+  if (h == nullptr) return;
+  auto get = reinterpret_cast<DriverProbe::GetAttribute>(dlsym(h, "cuPointerGetAttribute"));
+  std::lock_guard<std::mutex> g(gMu);
+  static DriverProbe* probe = nullptr;
+  if (gRuntime != nullptr || probe != nullptr || get == nullptr) return;
+  probe = gUnavailable.empty()
+              ? new DriverProbe(get, chorusInvalidArgument,
+                                "this Chorus has no CUDA plugin (built without CUDA, or libchorus-cuda_ipc.so is not "
+                                "on the plugin path: see chorus_info)")
+              : new DriverProbe(get, chorusUnhandledCudaError,
+                                fmt::format("Chorus's CUDA plugin cannot run here: {}", gUnavailable));
+  mem::setRuntime(probe);
 }
 
 bool deviceDriverInProcess() {

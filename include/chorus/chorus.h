@@ -6,7 +6,8 @@
  *
  * Streams: stream == NULL makes a call block until the operation is complete on this rank (buffers reusable on
  * return). A stream from chorusStreamCreate makes the call validate, enqueue and return at once; the buffers
- * must stay valid until chorusStreamSynchronize returns.
+ * must stay valid until chorusStreamSynchronize returns. chorusStreamCreateFromCuda's streams follow a CUDA
+ * stream's order instead, as NCCL's calls do.
  *
  * Counts are in elements; count == 0 is a valid no-op; counts need not divide by nranks; any alignment.
  *
@@ -116,7 +117,16 @@ CHORUS_API chorusResult_t chorusGroupEnd(void);
 /* A stream orders nothing by itself (ops on a comm always run in issue order); it collects completion and the
  * first error of the work enqueued on it. */
 CHORUS_API chorusResult_t chorusStreamCreate(chorusComm_t comm, chorusStream_t* stream);
-/* Blocks until all work enqueued on stream is complete; returns the first error. */
+/* A stream that follows a CUDA stream (cudaStream, a cudaStream_t; NULL is the default stream), as NCCL's calls do:
+ * a call on it starts after the work queued on cudaStream before the call, work queued on cudaStream after the
+ * call waits for it, and the calling thread does not block. The communicator must work on cudaStream's device
+ * (the one current at its creation), else chorusInvalidArgument. An operation that fails still releases
+ * cudaStream (its outputs are then undefined): chorusStreamSynchronize, chorusStreamQuery and
+ * chorusCommGetAsyncError report the error. Porting from NCCL: create one per cudaStream_t and pass it where
+ * NCCL took the cudaStream_t. */
+CHORUS_API chorusResult_t chorusStreamCreateFromCuda(chorusComm_t comm, void* cudaStream, chorusStream_t* stream);
+/* Blocks until all work enqueued on stream is complete (for a stream from chorusStreamCreateFromCuda, also all
+ * work on its CUDA stream, as cudaStreamSynchronize); returns the first error. */
 CHORUS_API chorusResult_t chorusStreamSynchronize(chorusStream_t stream);
 /* chorusSuccess when done, chorusInProgress otherwise (or the first error). Never blocks. */
 CHORUS_API chorusResult_t chorusStreamQuery(chorusStream_t stream);

@@ -51,11 +51,18 @@ struct Check {
   mem::Space space(const void* send, const void* recv) const {
     if (!mem::anyDevices()) return {};
     const mem::Space s = mem::classify(send), r = mem::classify(recv);
+    usable(s, "sendbuff", send);
+    usable(r, "recvbuff", recv);
     if (s == r) return fits(s, "sendbuff", send);
     if (send != nullptr && recv != nullptr)
       bad(chorusInvalidArgument, "sendbuff {} is {} memory but recvbuff {} is {} memory: both must be in one memory "
           "space", send, s.name(), recv, r.name());
     return send != nullptr ? fits(s, "sendbuff", send) : fits(r, "recvbuff", recv);
+  }
+  void usable(const mem::Space& s, const char* name, const void* p) const {
+    chorusResult_t code = chorusInvalidArgument;
+    if (const char* why = s.isHost() ? nullptr : s.device()->unusable(&code))
+      bad(code, "{} {} is {} memory, which this process cannot use: {}", name, p, s.name(), why);
   }
   const mem::Space& fits(const mem::Space& s, const char* name, const void* p) const {
     if (s.isHost()) return s;

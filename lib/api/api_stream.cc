@@ -26,11 +26,28 @@ chorusResult_t chorusStreamCreate(chorusComm_t comm, chorusStream_t* stream) {
   });
 }
 
+chorusResult_t chorusStreamCreateFromCuda(chorusComm_t comm, void* cudaStream, chorusStream_t* stream) {
+  return apiCall(comm, [&] {
+    CallRef ref(comm, "comm");
+    if (stream == nullptr) fail(chorusInvalidArgument, "stream (the output pointer) is NULL");
+    std::unique_ptr<mem::DeviceStream> device = openDeviceStream(*ref, cudaStream);
+    *stream = new chorusStream(&*ref, std::move(device));
+    registerStream(*stream);
+  });
+}
+
 chorusResult_t chorusStreamSynchronize(chorusStream_t stream) {
   return apiCall(nullptr, [&] {
     checkLive(stream);
     std::string msg;
     chorusResult_t rc = stream->waitAll(&msg);
+    if (stream->device != nullptr) {
+      try {
+        stream->device->synchronize();  // after a failure too: the stream's later work has been released
+      } catch (const Error&) {
+        if (rc == chorusSuccess) throw;  // else the operation's error is the one to report
+      }
+    }
     if (rc != chorusSuccess) throw Error(rc, msg);
   });
 }
@@ -51,7 +68,8 @@ chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, vo
     checkLive(stream);
     if (fn == nullptr) fail(chorusInvalidArgument, "fn is NULL");
     CallRef ref(static_cast<chorusComm_t>(stream->comm), "the stream's communicator");
-    ref->executor().enqueue([fn, userData] { fn(userData); }, {stream});
+    std::vector<chorusStream*> streams{stream};
+    ref->executor().enqueue(orderWithDevices(*ref, [fn, userData] { fn(userData); }, streams), streams);
   });
 }
 

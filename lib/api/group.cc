@@ -73,7 +73,7 @@ std::unique_ptr<chorusStream> start(Comm& comm, std::span<const CollArgs> calls,
     waiter = std::make_unique<chorusStream>(&comm);
     live.push_back(waiter.get());
   }
-  comm.executor().enqueue(makeTask(comm, calls), live);
+  comm.executor().enqueue(orderWithDevices(comm, makeTask(comm, calls), live), live);
   return waiter;
 }
 

@@ -31,7 +31,10 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   if (!abortFd_) failErrno("eventfd");
   // A process with a device driver loaded may hand over device memory, so the plugins are loaded to find its
   // runtime (Note [Memory plugins]) before the communicator takes the current device as its own.
-  if (transport::deviceDriverInProcess()) transport::loadAllPlugins();
+  if (transport::deviceDriverInProcess()) {
+    transport::loadAllPlugins();
+    transport::probeDeviceDriver();
+  }
   space_ = mem::currentSpace();
   startTransports();
 

@@ -107,6 +107,7 @@ void Executor::workerLoop() {
     chorusResult_t rc;
     std::string msg;
     execute(t.fn, &rc, &msg);
+    t.fn = nullptr;  // what the operation holds (its device fences) goes before its streams may be destroyed
     for (chorusStream* s : t.streams) s->finish(rc, msg);
     g.lock();
     busy_.store(false);

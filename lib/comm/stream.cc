@@ -1,5 +1,14 @@
 #include "lib/comm/stream.h"
 
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <thread>
+
+#include "lib/base/error.h"
+#include "lib/comm/comm.h"
+#include "transports/plugin_memory.h"
+
 void chorusStream::add() {
   std::lock_guard<std::mutex> g(mu);
   ++pending;
@@ -27,3 +36,98 @@ chorusResult_t chorusStream::query(std::string* msg) {
   if (error != chorusSuccess) return error;
   return pending == 0 ? chorusSuccess : chorusInProgress;
 }
+
+namespace chorus {
+
+// Note [Device streams]
+// chorusStreamCreateFromCuda wraps an application's CUDA stream, and a call on it keeps NCCL's contract: it starts
+// after the work queued on that stream before the call, work queued after waits for it, and the calling thread
+// does not block. At the call, the issuing thread queues a fence on the device stream (mem::DeviceStream): a point
+// the host can see reached (a CUDA event), then a wait that holds the stream until the host releases it (a
+// stream memory operation waiting on a host-mapped flag, transports/cuda_ipc/cuda_stream.cc). The operation runs
+// on the communicator's worker, in issue order as every asynchronous operation: it first waits for its fences to
+// be reached (spinning CHORUS_SPIN_US, then sleeping up to 1 ms between looks; the application's own work may take
+// long, so no timeout, but an abort or a failed communicator ends the wait), runs, and releases them whatever its
+// outcome, so a failure never leaves the device stream stuck: the error goes to the chorusStream
+// (chorusStreamSynchronize, chorusStreamQuery) and the communicator (chorusCommGetAsyncError), like NCCL's.
+namespace {
+
+struct Fence {
+  mem::DeviceStream* stream;
+  uint64_t id;
+};
+
+// An operation's fences, released once it is done with them, and also when it is dropped without running (its
+// communicator failed first), so the device streams never stay held.
+class Fences {
+ public:
+  std::vector<Fence> list;
+  ~Fences() { releaseAll(); }
+  // The first error of a release, if any.
+  std::optional<Error> releaseAll() noexcept {
+    std::optional<Error> first;
+    for (; released_ < list.size(); ++released_) {
+      try {
+        list[released_].stream->release(list[released_].id);
+      } catch (const Error& e) {
+        if (!first) first = e;
+      }
+    }
+    return first;
+  }
+
+ private:
+  size_t released_ = 0;
+};
+
+void waitReached(Comm& comm, const std::vector<Fence>& fences) {
+  using namespace std::chrono;
+  const auto start = steady_clock::now();
+  auto nap = microseconds(20);
+  for (size_t i = 0; i < fences.size();) {
+    if (fences[i].stream->reached(fences[i].id)) {
+      ++i;
+      continue;
+    }
+    comm.throwIfFailed();  // an abort, or a peer that failed meanwhile
+    if (steady_clock::now() - start < microseconds(comm.config().spinUs)) continue;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, duration_cast<microseconds>(milliseconds(1)));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<mem::DeviceStream> openDeviceStream(Comm& comm, void* native) {
+  mem::Runtime* runtime = mem::runtime();
+  if (runtime == nullptr)
+    fail(chorusInvalidUsage, "cudaStream {} cannot be used: no device runtime is loaded in this process ({})", native,
+         transport::deviceDriverInProcess() ? "the CUDA plugin is missing or not available: see chorus_info"
+                                            : "no CUDA driver is loaded");
+  std::unique_ptr<mem::DeviceStream> device = runtime->openStream(native);
+  if (mem::Space(device->device()) != comm.space())
+    fail(chorusInvalidArgument, "cudaStream {} belongs to {}, but this communicator works on {}", native,
+         device->device()->name(),
+         comm.space().isHost() ? "host memory only (no device was current at its creation)" : comm.space().name());
+  return device;
+}
+
+Executor::Fn orderWithDevices(Comm& comm, Executor::Fn fn, const std::vector<chorusStream*>& streams) {
+  if (std::none_of(streams.begin(), streams.end(), [](chorusStream* s) { return s->device != nullptr; })) return fn;
+  // Made in issue order on the issuing thread; should one fail, ~Fences releases those made already.
+  auto fences = std::make_shared<Fences>();
+  for (chorusStream* s : streams)
+    if (s->device != nullptr) fences->list.push_back({s->device.get(), s->device->fence()});
+  return [&comm, fn = std::move(fn), fences] {
+    try {
+      waitReached(comm, fences->list);
+      fn();
+    } catch (...) {
+      fences->releaseAll();
+      throw;
+    }
+    if (std::optional<Error> e = fences->releaseAll()) throw *e;
+  };
+}
+
+}  // namespace chorus

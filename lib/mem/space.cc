@@ -1,6 +1,5 @@
 #include "lib/mem/space.h"
 
-
 namespace chorus::mem {
 
 void Space::reduceN(void* dst, const void* const* srcs, int n, size_t count, chorusDataType_t dt,
@@ -11,10 +10,12 @@ void Space::reduceN(void* dst, const void* const* srcs, int n, size_t count, cho
   for (int i = 2; i < n; ++i) kernels::reduce(dst, dst, srcs[i], count, dt, op);
 }
 
-void setClassifier(Classifier* c) { detail::gClassifier.store(c, std::memory_order_release); }
+void setRuntime(Runtime* c) { detail::gRuntime.store(c, std::memory_order_release); }
+
+Runtime* runtime() { return detail::gRuntime.load(std::memory_order_acquire); }
 
 Space currentSpace() {
-  Classifier* c = detail::gClassifier.load(std::memory_order_acquire);
+  Runtime* c = detail::gRuntime.load(std::memory_order_acquire);
   return Space(c != nullptr ? c->current() : nullptr);
 }
 

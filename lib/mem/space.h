@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "chorus/chorus.h"
@@ -42,6 +43,9 @@ class Device {
   // The CPU may read and write this memory, so a transport moves it as it moves host memory. Otherwise only a
   // transport of the device (or staging through host memory) can.
   virtual bool hostAccessible() const = 0;
+  // Why this process cannot use this memory at all (its runtime's plugin is missing or cannot run), with the code
+  // to refuse it with; nullptr when it can.
+  virtual const char* unusable(chorusResult_t* /*code*/) const { return nullptr; }
 
  protected:
   ~Device() = default;
@@ -78,26 +82,44 @@ class Space {
   Device* dev_ = nullptr;
 };
 
-// A device runtime's view of pointers, registered by the plugin that links it. Without one every pointer is host
-// memory, and classifying costs one load.
-class Classifier {
+// A device runtime's own stream (a cudaStream_t), which the calls on a chorusStream made from it follow (Note
+// [Device streams] in lib/comm/stream.cc). Every call but reached() may throw chorus::Error.
+class DeviceStream {
+ public:
+  virtual ~DeviceStream() = default;  // after every fence was released
+  virtual Device* device() const = 0;
+  // Queues a fence on the stream: the host can see when the work queued before it is done (reached), and the work
+  // queued after it waits until release. Fences are released in the order they were made.
+  virtual uint64_t fence() = 0;
+  virtual bool reached(uint64_t fence) = 0;  // never blocks; throws the device's error
+  virtual void release(uint64_t fence) = 0;
+  virtual void synchronize() = 0;  // until all work queued on the stream is done
+};
+
+// A device runtime's view of pointers and streams, registered by the plugin that links it. Without one every
+// pointer is host memory, and classifying costs one load.
+class Runtime {
  public:
   virtual Device* deviceOf(const void* p) = 0;  // nullptr: host memory
   virtual Device* current() = 0;                // this thread's device now (nullptr: none); a communicator
                                                 // created now works on it
+  virtual const char* name() const = 0;         // "cuda"
+  // Wraps the runtime's stream `native`; throws chorusInvalidUsage when the runtime has no streams.
+  virtual std::unique_ptr<DeviceStream> openStream(void* native) = 0;
  protected:
-  ~Classifier() = default;
+  ~Runtime() = default;
 };
-void setClassifier(Classifier* c);  // nullptr unregisters; c outlives every communicator that used it
+void setRuntime(Runtime* c);  // nullptr unregisters; c outlives every communicator that used it
 Space currentSpace();               // the space of this thread's current device, host without one
+Runtime* runtime();              // the registered one, or nullptr
 
 namespace detail {
-inline std::atomic<Classifier*> gClassifier{nullptr};
+inline std::atomic<Runtime*> gRuntime{nullptr};
 }
 // True when a device runtime is registered; without one every pointer is host memory.
-inline bool anyDevices() { return detail::gClassifier.load(std::memory_order_acquire) != nullptr; }
+inline bool anyDevices() { return detail::gRuntime.load(std::memory_order_acquire) != nullptr; }
 inline Space classify(const void* p) {  // host for nullptr
-  Classifier* c = detail::gClassifier.load(std::memory_order_acquire);
+  Runtime* c = detail::gRuntime.load(std::memory_order_acquire);
   return Space(c != nullptr && p != nullptr ? c->deviceOf(p) : nullptr);
 }
 

@@ -8,20 +8,14 @@
 #include <mutex>
 #include <string>
 
-#include "lib/base/error.h"
 #include "lib/kernels/cuda/reduce_kernels.cuh"
+#include "transports/cuda_ipc/cuda_error.h"
+#include "transports/cuda_ipc/cuda_stream.h"
 #include "transports/plugin.h"
 
 namespace chorus::transport::cuda {
 
 namespace {
-
-thread_local std::string tError;
-
-int failed(cudaError_t e, const std::string& what) {
-  tError = fmt::format("{}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
-  return chorusUnhandledCudaError;
-}
 
 constexpr int kMaxDevices = 64;
 std::mutex gMu;
@@ -125,10 +119,11 @@ int release(int device, void* p) {
 
 }  // namespace
 
-const chorusMemoryPlugin_v1_t* memoryTable() {
-  static const chorusMemoryPlugin_v1_t t = {
+const chorusMemoryPlugin_v2_t* memoryTable() {
+  static const chorusMemoryPlugin_v2_t t = {
       CHORUS_MEMORY_PLUGIN_VERSION, "cuda", unavailable, [] { return tError.c_str(); }, classify, currentDevice,
-      [](int) { return 0; }, copy, reduce, reduceN, scaleDivide, allocate, release};
+      [](int) { return 0; }, copy, reduce, reduceN, scaleDivide, allocate, release, streamOpen, streamFence,
+      streamReached, streamRelease, streamSynchronize, streamClose};
   return &t;
 }
 

@@ -1,0 +1,219 @@
+// A fence on an application's CUDA stream (Note [Device streams], lib/comm/stream.cc): a CUDA event the host polls
+// for "the work queued before is done", then a wait that holds the stream until the host writes the fence's number
+// into a host-mapped flag: a stream memory operation (cuStreamWaitValue32) where the driver has them, else a host
+// function that waits for the flag (CHORUS_CUDA_STREAM_WAIT=memop|hostfn chooses, for measuring). Numbers grow by
+// one per fence and the wait compares cyclically (CU_STREAM_WAIT_VALUE_GEQ), so 32 bits never wrap wrongly.
+#include "transports/cuda_ipc/cuda_stream.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "transports/cuda_ipc/cuda_error.h"
+
+namespace chorus::transport::cuda {
+
+namespace {
+
+using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+// The driver's cuStreamWaitValue32, through the runtime (the plugin links no libcuda), or nullptr.
+WaitValue32 waitValue32() {
+  static const WaitValue32 fn = []() -> WaitValue32 {
+    const char* mode = std::getenv("CHORUS_CUDA_STREAM_WAIT");
+    if (mode != nullptr && std::strcmp(mode, "hostfn") == 0) return nullptr;
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess || found != cudaDriverEntryPointSuccess)
+      return nullptr;
+    return reinterpret_cast<WaitValue32>(p);
+  }();
+  return fn;
+}
+
+// Makes `device` current for the scope, and restores the thread's own device after (the fence is queued on the
+// application's thread, whose current device is its business).
+class OnDevice {
+ public:
+  explicit OnDevice(int device) {
+    e_ = cudaGetDevice(&saved_);
+    if (e_ == cudaSuccess && saved_ != device) e_ = cudaSetDevice(device);
+    else saved_ = -1;
+  }
+  ~OnDevice() {
+    if (saved_ >= 0) cudaSetDevice(saved_);
+  }
+  cudaError_t error() const { return e_; }
+
+ private:
+  int saved_ = -1;
+  cudaError_t e_;
+};
+
+bool reachedCyclic(uint32_t now, uint32_t wanted) { return static_cast<int32_t>(now - wanted) >= 0; }
+
+struct Stream {
+  cudaStream_t native;
+  int device;
+  uint32_t* flag = nullptr;  // host-mapped: the number of the last fence released
+  CUdeviceptr deviceFlag = 0;
+  WaitValue32 wait = nullptr;  // nullptr: a host function waits
+  std::mutex mu;
+  uint64_t made = 0;                                     // fences made
+  std::deque<std::pair<uint64_t, cudaEvent_t>> pending;  // not released yet, oldest first
+  std::deque<cudaEvent_t> spare;                         // events to reuse
+
+  void store(uint64_t fence) { __atomic_store_n(flag, static_cast<uint32_t>(fence), __ATOMIC_RELEASE); }
+};
+
+struct HostWait {
+  const uint32_t* flag;
+  uint32_t fence;
+};
+
+// Runs on CUDA's host-function thread, holding the stream (and only host functions behind it) until released.
+void CUDART_CB hostWait(void* arg) {
+  auto* w = static_cast<HostWait*>(arg);
+  auto nap = std::chrono::microseconds(1);
+  while (!reachedCyclic(__atomic_load_n(w->flag, __ATOMIC_ACQUIRE), w->fence)) {
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(100));
+  }
+  delete w;
+}
+
+}  // namespace
+
+int streamOpen(void* native, int* device, void** out) {
+  auto* s = new Stream{};
+  s->native = static_cast<cudaStream_t>(native);
+  cudaError_t e = cudaStreamGetDevice(s->native, &s->device);
+  if (e != cudaSuccess) {
+    delete s;
+    return failed(e, fmt::format("cudaStreamGetDevice({})", native));
+  }
+  OnDevice on(s->device);
+  e = on.error();
+  if (e == cudaSuccess) e = cudaHostAlloc(&s->flag, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e == cudaSuccess) {
+    *s->flag = 0;
+    void* d = nullptr;
+    e = cudaHostGetDevicePointer(&d, s->flag, 0);
+    s->deviceFlag = reinterpret_cast<CUdeviceptr>(d);
+  }
+  if (e != cudaSuccess) {
+    if (s->flag != nullptr) cudaFreeHost(s->flag);
+    const int device = s->device;
+    delete s;
+    return failed(e, fmt::format("cuda:{}: a host-mapped flag for stream {}", device, native));
+  }
+  s->wait = waitValue32();
+  *device = s->device;
+  *out = s;
+  return 0;
+}
+
+int streamFence(void* stream, uint64_t* fence) {
+  auto* s = static_cast<Stream*>(stream);
+  OnDevice on(s->device);
+  std::lock_guard<std::mutex> g(s->mu);
+  cudaError_t e = on.error();
+  cudaEvent_t ev = nullptr;
+  if (e == cudaSuccess && !s->spare.empty()) {
+    ev = s->spare.front();
+    s->spare.pop_front();
+  } else if (e == cudaSuccess) {
+    e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  }
+  if (e == cudaSuccess) e = cudaEventRecord(ev, s->native);
+  const uint64_t id = s->made + 1;
+  if (e == cudaSuccess && s->wait != nullptr) {
+    const CUresult r = s->wait(s->native, s->deviceFlag, static_cast<cuuint32_t>(id), CU_STREAM_WAIT_VALUE_GEQ);
+    if (r == CUDA_ERROR_NOT_SUPPORTED) {
+      s->wait = nullptr;  // this device has no stream memory operations
+    } else if (r != CUDA_SUCCESS) {
+      s->spare.push_back(ev);
+      tError = fmt::format("cuda:{}: cuStreamWaitValue32 on stream {} failed: CUresult {}", s->device,
+                           static_cast<void*>(s->native), static_cast<int>(r));
+      return chorusUnhandledCudaError;
+    }
+  }
+  if (e == cudaSuccess && s->wait == nullptr)
+    e = cudaLaunchHostFunc(s->native, hostWait, new HostWait{s->flag, static_cast<uint32_t>(id)});
+  if (e != cudaSuccess) {
+    if (ev != nullptr) s->spare.push_back(ev);
+    return failed(e, fmt::format("cuda:{}: queueing a fence on stream {}", s->device,
+                                 static_cast<void*>(s->native)));
+  }
+  s->made = id;
+  s->pending.emplace_back(id, ev);
+  *fence = id;
+  return 0;
+}
+
+int streamReached(void* stream, uint64_t fence, int* reached) {
+  auto* s = static_cast<Stream*>(stream);
+  cudaEvent_t ev = nullptr;
+  {
+    std::lock_guard<std::mutex> g(s->mu);
+    for (const auto& [id, e] : s->pending)
+      if (id == fence) ev = e;
+  }
+  if (ev == nullptr) {  // released already
+    *reached = 1;
+    return 0;
+  }
+  const cudaError_t e = cudaEventQuery(ev);
+  if (e == cudaErrorNotReady) {
+    *reached = 0;
+    return 0;
+  }
+  if (e != cudaSuccess) return failed(e, fmt::format("cuda:{}: cudaEventQuery", s->device));
+  *reached = 1;
+  return 0;
+}
+
+int streamRelease(void* stream, uint64_t fence) {
+  auto* s = static_cast<Stream*>(stream);
+  std::lock_guard<std::mutex> g(s->mu);
+  s->store(fence);
+  while (!s->pending.empty() && s->pending.front().first <= fence) {
+    s->spare.push_back(s->pending.front().second);  // recorded again only after this fence's record has run
+    s->pending.pop_front();
+  }
+  return 0;
+}
+
+int streamSynchronize(void* stream) {
+  auto* s = static_cast<Stream*>(stream);
+  const cudaError_t e = cudaStreamSynchronize(s->native);
+  return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaStreamSynchronize", s->device));
+}
+
+// The stream may still have to pass its waits, which read the flag: it is released past every fence and waited
+// for before the flag is freed.
+void streamClose(void* stream) {
+  auto* s = static_cast<Stream*>(stream);
+  {
+    std::lock_guard<std::mutex> g(s->mu);
+    s->store(s->made);
+  }
+  cudaStreamSynchronize(s->native);
+  OnDevice on(s->device);
+  for (auto& p : s->pending) cudaEventDestroy(p.second);
+  for (cudaEvent_t ev : s->spare) cudaEventDestroy(ev);
+  cudaFreeHost(s->flag);
+  delete s;
+}
+
+}  // namespace chorus::transport::cuda
