@@ -56,6 +56,9 @@ TEST_F(CudaDriver, DeviceMemoryIsRefusedNamingTheArgumentAndWhyHostMemoryWorks) 
     chorusStream_t s = nullptr;
     EXPECT_EQ(chorusStreamCreateFromCuda(comm, nullptr, &s), want);
     EXPECT_NE(std::string(chorusGetLastError(comm)).find(why), std::string::npos) << chorusGetLastError(comm);
+    void* p = nullptr;
+    EXPECT_EQ(chorusMemAlloc(&p, 64), want);
+    EXPECT_NE(std::string(chorusGetLastError(nullptr)).find(why), std::string::npos) << chorusGetLastError(nullptr);
     // Nothing was read or written, and host memory still works.
     EXPECT_EQ(mine[3], 1.0f);
     check(chorusAllReduce(host.data(), out.data(), 16, chorusFloat32, chorusSum, comm, nullptr), comm, "host");

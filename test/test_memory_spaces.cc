@@ -349,6 +349,35 @@ TEST(SpaceErrors, ADeviceErrorInsideACollectiveFailsItOnEveryRank) {
   EXPECT_NE(text[1 - injected].find("rank " + std::to_string(injected)), std::string::npos) << text[1 - injected];
 }
 
+// chorusMemAlloc gives the current device's memory, which calls take as any device buffer; chorusMemFree frees it
+// and refuses host memory; without a current device the allocation is refused.
+TEST(MemAlloc, GivesTheCurrentDevicesMemoryAndFreesIt) {
+  useDevice(0);
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    void* p = nullptr;
+    check(chorusMemAlloc(&p, 64 * sizeof(float)), comm, "chorusMemAlloc");
+    ASSERT_NE(p, nullptr);
+    std::vector<float> host(64, static_cast<float>(r + 1)), out(64);
+    fake().table->copy(0, p, host.data(), 64 * sizeof(float));
+    check(chorusAllReduce(p, p, 64, chorusFloat32, chorusSum, comm, nullptr), comm, "AllReduce over chorusMemAlloc's");
+    fake().table->copy(0, out.data(), p, 64 * sizeof(float));
+    EXPECT_EQ(out[17], 3.0f);
+    check(chorusMemFree(p), comm, "chorusMemFree");
+    EXPECT_EQ(chorusMemFree(host.data()), chorusInvalidArgument);
+    EXPECT_NE(std::string(chorusGetLastError(nullptr)).find("not device memory"), std::string::npos);
+    EXPECT_EQ(chorusMemAlloc(&p, 0), chorusSuccess);
+    EXPECT_EQ(p, nullptr);
+    EXPECT_EQ(chorusMemAlloc(nullptr, 8), chorusInvalidArgument);
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  useDevice(-1);
+  void* p = nullptr;
+  EXPECT_EQ(chorusMemAlloc(&p, 64), chorusInvalidUsage);
+  EXPECT_NE(std::string(chorusGetLastError(nullptr)).find("no current device"), std::string::npos)
+      << chorusGetLastError(nullptr);
+  useDevice(0);
+}
+
 // ---- Device streams (Note [Device streams] in lib/comm/stream.cc), over the fake device's streams ----
 
 // A "kernel" for a fake device stream: any host function, run by the stream's thread in queue order.

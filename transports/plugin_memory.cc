@@ -180,7 +180,11 @@ class DriverProbe final : public mem::Runtime {
     return &devices_.emplace_back(ordinal, code_, why_);
   }
   mem::Device* current() override { return nullptr; }
-  const char* name() const override { return "cuda (the driver alone)"; }
+  const char* name() const override { return "cuda"; }
+  const char* unusable(chorusResult_t* code) const override {
+    *code = code_;
+    return why_.c_str();
+  }
   std::unique_ptr<mem::DeviceStream> openStream(void* native) override {
     throw Error(code_, fmt::format("cudaStream {} cannot be used: {}", native, why_));
   }

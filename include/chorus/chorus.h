@@ -75,6 +75,13 @@ CHORUS_API chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank)
  * blocks; exact once the calls that sent them have completed. */
 CHORUS_API chorusResult_t chorusCommGetBytesSent(const chorusComm_t comm, unsigned long long* bytes);
 
+/* size bytes of the calling thread's current device's memory (a GPU's, through the CUDA plugin, as cudaMalloc
+ * gives), for the buffers of calls on communicators of that device; *ptr = NULL when size is 0. chorusInvalidUsage
+ * when no device is current or no device runtime is loaded (chorus_info says why). Never blocks on peers. */
+CHORUS_API chorusResult_t chorusMemAlloc(void** ptr, size_t size);
+/* Frees what chorusMemAlloc gave; NULL is a no-op. */
+CHORUS_API chorusResult_t chorusMemFree(void* ptr);
+
 /* In-place when sendbuff == recvbuff. */
 CHORUS_API chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                           chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,

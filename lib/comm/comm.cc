@@ -14,7 +14,7 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/comm/tuning.h"
-#include "transports/plugin_memory.h"
+#include "lib/comm/devices.h"
 #include "transports/registry.h"
 
 namespace chorus {
@@ -31,10 +31,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   if (!abortFd_) failErrno("eventfd");
   // A process with a device driver loaded may hand over device memory, so the plugins are loaded to find its
   // runtime (Note [Memory plugins]) before the communicator takes the current device as its own.
-  if (transport::deviceDriverInProcess()) {
-    transport::loadAllPlugins();
-    transport::probeDeviceDriver();
-  }
+  findDeviceRuntime(false);
   space_ = mem::currentSpace();
   startTransports();
 

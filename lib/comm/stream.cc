@@ -7,6 +7,7 @@
 
 #include "lib/base/error.h"
 #include "lib/comm/comm.h"
+#include "lib/comm/devices.h"
 #include "transports/plugin_memory.h"
 
 void chorusStream::add() {
@@ -99,7 +100,7 @@ void waitReached(Comm& comm, const std::vector<Fence>& fences) {
 }  // namespace
 
 std::unique_ptr<mem::DeviceStream> openDeviceStream(Comm& comm, void* native) {
-  mem::Runtime* runtime = mem::runtime();
+  mem::Runtime* runtime = findDeviceRuntime(true);
   if (runtime == nullptr)
     fail(chorusInvalidUsage, "cudaStream {} cannot be used: no device runtime is loaded in this process ({})", native,
          transport::deviceDriverInProcess() ? "the CUDA plugin is missing or not available: see chorus_info"

@@ -104,6 +104,8 @@ class Runtime {
   virtual Device* current() = 0;                // this thread's device now (nullptr: none); a communicator
                                                 // created now works on it
   virtual const char* name() const = 0;         // "cuda"
+  // As Device::unusable, for a runtime that only recognises its memory (Note [A driver without its plugin]).
+  virtual const char* unusable(chorusResult_t* /*code*/) const { return nullptr; }
   // Wraps the runtime's stream `native`; throws chorusInvalidUsage when the runtime has no streams.
   virtual std::unique_ptr<DeviceStream> openStream(void* native) = 0;
  protected:

@@ -1,0 +1,19 @@
+// The process's device runtime as communicators and the API find it: loaded through the plugins when the process
+// may hand over device memory (Note [Memory plugins]), and device memory allocated through it.
+#pragma once
+
+#include <cstddef>
+
+#include "lib/mem/space.h"
+
+namespace chorus {
+
+// Loads the plugins when the process has a device driver loaded (or whenever `always`), so that a device runtime
+// registers, or, failing that, the driver's probe (Note [A driver without its plugin]). The runtime or nullptr.
+mem::Runtime* findDeviceRuntime(bool always);
+
+// chorusMemAlloc / chorusMemFree: memory of the calling thread's current device. Throw chorus::Error.
+void* deviceAllocate(size_t bytes);
+void deviceFree(void* p);
+
+}  // namespace chorus
