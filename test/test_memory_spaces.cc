@@ -27,12 +27,15 @@
 #include "test/ranks.h"
 #include "test/shell.h"
 #include "test/reference.h"
+#include "test/space_matrix.h"
 
 namespace {
 
 using namespace chorus;
 using test::check;
 using test::runRanks;
+using test::Coll;
+using test::DeviceBuf;
 
 // The fake devices' plugin, loaded as any device runtime is: through the plugin host, which registers it.
 struct FakePlugin {
@@ -85,158 +88,30 @@ void useDevice(int device) {
   fake().setCurrent(device);
 }
 
-// A buffer in a fake device's memory, filled from and read back into host bytes through the plugin's copy.
-class DeviceBuf {
+// A fake device's memory for the test's own buffers (not counted as Chorus's allocations), moved through the
+// plugin's copy.
+class FakeMemory final : public test::TestMemory {
  public:
-  DeviceBuf(int device, size_t bytes)
-      : device_(device), bytes_(bytes), p_(static_cast<uint8_t*>(fake().testBuffer(device, bytes))) {}
-  ~DeviceBuf() { fake().table->release(device_, p_); }
-  DeviceBuf(const DeviceBuf&) = delete;
-  DeviceBuf& operator=(const DeviceBuf&) = delete;
-  uint8_t* data() { return p_; }
-  void upload(const std::vector<uint8_t>& host) { fake().table->copy(device_, p_, host.data(), bytes_); }
-  std::vector<uint8_t> download() const {
-    std::vector<uint8_t> v(bytes_);
-    fake().table->copy(device_, v.data(), p_, bytes_);
-    return v;
-  }
+  explicit FakeMemory(int device) : device_(device) {}
+  void* allocate(size_t bytes) override { return fake().testBuffer(device_, bytes); }
+  void release(void* p) override { fake().table->release(device_, p); }
+  void copy(void* dst, const void* src, size_t bytes) override { fake().table->copy(device_, dst, src, bytes); }
 
  private:
   int device_;
-  size_t bytes_;
-  uint8_t* p_;
 };
-
-enum class Coll { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, AllToAll, SendRecv };
-const char* collName(Coll c) {
-  const char* names[] = {"AllReduce", "ReduceScatter", "AllGather", "Broadcast", "Reduce", "AllToAll", "SendRecv"};
-  return names[static_cast<int>(c)];
+test::TestMemory& dev(int device) {
+  static FakeMemory devices[] = {FakeMemory(0), FakeMemory(1)};
+  return devices[device];
 }
 
-// One call: how big its buffers are, where in place puts the input, and the call itself.
-struct Shape {
-  size_t sendBytes, recvBytes, inPlaceAt;  // inPlaceAt: the input's offset in recvbuff when in place
-  bool canBeInPlace;
-};
-Shape shapeOf(Coll c, size_t count, size_t es, int n, int r) {
-  const size_t b = count * es, all = b * static_cast<size_t>(n);
-  switch (c) {
-    case Coll::AllReduce: case Coll::Broadcast: case Coll::Reduce: return {b, b, 0, true};
-    case Coll::ReduceScatter: return {all, b, 0, false};
-    case Coll::AllGather: return {b, all, b * static_cast<size_t>(r), true};
-    case Coll::AllToAll: return {all, all, 0, false};
-    case Coll::SendRecv: return {b, b, 0, false};
-  }
-  return {};
-}
-
-chorusResult_t call(Coll c, const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op,
-                    int root, int r, int n, chorusComm_t comm) {
-  switch (c) {
-    case Coll::AllReduce: return chorusAllReduce(send, recv, count, dt, op, comm, nullptr);
-    case Coll::ReduceScatter: return chorusReduceScatter(send, recv, count, dt, op, comm, nullptr);
-    case Coll::AllGather: return chorusAllGather(send, recv, count, dt, comm, nullptr);
-    case Coll::Broadcast: return chorusBroadcast(send, recv, count, dt, root, comm, nullptr);
-    case Coll::Reduce: return chorusReduce(send, recv, count, dt, op, root, comm, nullptr);
-    case Coll::AllToAll: return chorusAllToAll(send, recv, count, dt, comm, nullptr);
-    case Coll::SendRecv: {  // to the next rank and from the previous one; with one rank, to and from itself
-      chorusGroupStart();
-      chorusResult_t a = chorusSend(send, count, dt, (r + 1) % n, comm, nullptr);
-      chorusResult_t b = chorusRecv(recv, count, dt, (r + n - 1) % n, comm, nullptr);
-      chorusResult_t e = chorusGroupEnd();
-      return a != chorusSuccess ? a : b != chorusSuccess ? b : e;
-    }
-  }
-  return chorusInternalError;
-}
-
-bool reduces(Coll c) { return c == Coll::AllReduce || c == Coll::ReduceScatter || c == Coll::Reduce; }
-
-struct Report {
-  std::vector<std::string> first;
-  size_t total = 0;
-  void add(std::string s) {
-    if (first.size() < 5) first.push_back(std::move(s));
-    ++total;
-  }
-};
-
-// Runs `c` once over host memory and once over device memory with the same inputs, and reports unless the
-// device's output equals the host's bit for bit (and, out of place, the device's input is unchanged).
-void compareOne(Coll c, chorusDataType_t dt, chorusRedOp_t op, size_t count, bool inPlace, int root, int r, int n,
-                chorusComm_t comm, Report* report) {
-  const size_t es = test::typeSize(dt);
-  const Shape s = shapeOf(c, count, es, n, r);
-  std::vector<uint8_t> input(s.sendBytes);
-  const int shapeOp = reduces(c) ? static_cast<int>(op) : test::kMovement;
-  for (size_t i = 0; i < s.sendBytes / es; ++i)
-    test::writeRaw(input.data() + i * es, es, test::inputRaw(dt, shapeOp, count * 31 + static_cast<int>(c), r, i));
-  std::vector<uint8_t> fill(s.recvBytes, 0xC3);  // what recvbuff holds before the call
-  // Host memory.
-  std::vector<uint8_t> hostRecv = fill;
-  if (inPlace) std::memcpy(hostRecv.data() + s.inPlaceAt, input.data(), s.sendBytes);
-  const void* hostSend = inPlace ? static_cast<const void*>(hostRecv.data() + s.inPlaceAt) : input.data();
-  check(call(c, hostSend, hostRecv.data(), count, dt, op, root, r, n, comm), comm, "host call");
-  // The fake device's memory.
-  DeviceBuf devSend(0, s.sendBytes), devRecv(0, s.recvBytes);
-  devSend.upload(input);
-  std::vector<uint8_t> devFill = fill;
-  if (inPlace) std::memcpy(devFill.data() + s.inPlaceAt, input.data(), s.sendBytes);
-  devRecv.upload(devFill);
-  const void* devSendPtr = inPlace ? static_cast<const void*>(devRecv.data() + s.inPlaceAt) : devSend.data();
-  check(call(c, devSendPtr, devRecv.data(), count, dt, op, root, r, n, comm), comm, "device call");
-  const std::vector<uint8_t> got = devRecv.download();
-  const std::string what = std::string(collName(c)) + " n=" + std::to_string(n) + " rank " + std::to_string(r) + " " +
-                           test::typeName(dt) + " " + test::opName(op) + " count " + std::to_string(count) +
-                           (inPlace ? " in place" : "") + " root " + std::to_string(root);
-  for (size_t i = 0; i < got.size(); ++i)
-    if (got[i] != hostRecv[i]) {
-      report->add(what + ": recvbuff byte " + std::to_string(i) + " is " + std::to_string(got[i]) +
-                  " over device memory, " + std::to_string(hostRecv[i]) + " over host memory");
-      return;
-    }
-  if (!inPlace && devSend.download() != input) report->add(what + ": the device's sendbuff changed");
-}
-
-// Under a sanitizer (10-30x slower) the matrix keeps every collective, rank count, op and placement, three of the
-// ten datatypes and three of the four counts; the main build runs them all.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-const std::vector<chorusDataType_t> kTypes = {chorusUint8, chorusFloat16, chorusFloat32};
-const std::vector<size_t> kCounts = {1, 1031, 40009};
-#else
-const std::vector<chorusDataType_t> kTypes(std::begin(test::kAllTypes), std::end(test::kAllTypes));
-const std::vector<size_t> kCounts = {1, 7, 1031, 40009};
-#endif
-
+// The matrix over fake device 0; where it reduces, the reductions and the scratch must have gone through the device.
 void runMatrix(int n, const char* algo, const std::vector<Coll>& colls) {
-  setenv("CHORUS_ALGO", algo, 1);
   useDevice(0);
   const long reducesBefore = fake().reduces(), allocationsBefore = fake().allocations();
-  Report report;
-  std::mutex mu;
-  auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
-    Report mine;
-    for (Coll c : colls)
-      for (chorusDataType_t dt : kTypes)
-        for (chorusRedOp_t op : test::kAllOps) {
-          if (!reduces(c) && op != chorusSum) continue;
-          for (size_t count : kCounts)
-            for (bool inPlace : {false, true}) {
-              if (inPlace && !shapeOf(c, count, 1, n, r).canBeInPlace) continue;
-              const int root = (c == Coll::Broadcast || c == Coll::Reduce) ? static_cast<int>(count % n) : -1;
-              compareOne(c, dt, op, count, inPlace, root, r, n, comm, &mine);
-            }
-        }
-    std::lock_guard<std::mutex> g(mu);
-    for (auto& f : mine.first) report.add(f);
-    report.total += mine.total - mine.first.size();
-  });
-  unsetenv("CHORUS_ALGO");
-  for (const auto& e : errors) ADD_FAILURE() << e;
-  for (const auto& f : report.first) ADD_FAILURE() << f;
-  EXPECT_EQ(report.total, 0u) << "mismatches in all";
+  test::runMatrix(dev(0), n, algo, colls);
   bool anyReduction = false;
-  for (Coll c : colls) anyReduction |= reduces(c);
+  for (Coll c : colls) anyReduction |= test::reduces(c);
   if (n > 1 && anyReduction) {
     EXPECT_GT(fake().reduces(), reducesBefore) << "no reduction went through the device";
     EXPECT_GT(fake().allocations(), allocationsBefore) << "no scratch came from the device";
@@ -253,8 +128,7 @@ TEST_P(Spaces, AllReduceEveryAlgorithmOverDeviceMemoryEqualsHost) {
 }
 
 TEST_P(Spaces, EveryOtherCollectiveOverDeviceMemoryEqualsHost) {
-  runMatrix(GetParam(), "AUTO",
-            {Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast, Coll::Reduce, Coll::AllToAll, Coll::SendRecv});
+  runMatrix(GetParam(), "AUTO", test::kAllButAllReduce);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Spaces, ::testing::Values(1, 2, 3, 4, 5));
@@ -276,8 +150,7 @@ TEST_P(Staged, DeviceMemoryTheCpuMayNotTouchGoesThroughHostMemoryAndEqualsHost) 
     SCOPED_TRACE(algo);
     runMatrix(GetParam(), algo, {Coll::AllReduce});
   }
-  runMatrix(GetParam(), "AUTO",
-            {Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast, Coll::Reduce, Coll::AllToAll, Coll::SendRecv});
+  runMatrix(GetParam(), "AUTO", test::kAllButAllReduce);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Staged, ::testing::Values(1, 2, 3, 4));
@@ -286,7 +159,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Staged, ::testing::Values(1, 2, 3, 4));
 TEST(SpaceArguments, BuffersOutsideTheCommunicatorsMemoryAreRefusedNamingThem) {
   useDevice(0);
   auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
-    DeviceBuf a(0, 64), b(0, 64), other(1, 64);
+    DeviceBuf a(dev(0), 64), b(dev(0), 64), other(dev(1), 64);
     std::vector<float> host(16, 1.0f), hostOut(16);
     auto expectRefused = [&](chorusResult_t rc, std::initializer_list<const char*> words) {
       EXPECT_EQ(rc, chorusInvalidArgument);
@@ -309,7 +182,7 @@ TEST(SpaceArguments, BuffersOutsideTheCommunicatorsMemoryAreRefusedNamingThem) {
 TEST(SpaceArguments, AHostOnlyCommunicatorRefusesDeviceBuffers) {
   useDevice(-1);  // a device runtime, but no device current when the communicators are created
   auto errors = runRanks(2, [&](int, chorusComm_t& comm) {
-    DeviceBuf a(0, 64);
+    DeviceBuf a(dev(0), 64);
     EXPECT_EQ(chorusAllReduce(a.data(), a.data(), 16, chorusFloat32, chorusSum, comm, nullptr), chorusInvalidArgument);
     std::string text = chorusGetLastError(comm);
     EXPECT_NE(text.find("sendbuff"), std::string::npos) << text;
@@ -327,7 +200,7 @@ TEST(SpaceErrors, ADeviceErrorInsideACollectiveFailsItOnEveryRank) {
   std::vector<double> seconds(2);
   fake().failAllocations(1);  // the next allocation Chorus asks for fails: the first device scratch of either rank
   auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
-    DeviceBuf a(0, 4096);
+    DeviceBuf a(dev(0), 4096);
     const auto t0 = std::chrono::steady_clock::now();
     rc[r] = chorusAllReduce(a.data(), a.data(), 1024, chorusFloat32, chorusSum, comm, nullptr);
     seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -435,7 +308,7 @@ TEST_P(DeviceStreamOrder, ACollectiveFollowsItsCudaStreamWithoutBlockingTheCalle
   const long fencesBefore = fake().fences(), openBefore = fake().openStreams();
   auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
     Streams st(comm);
-    DeviceBuf in(0, kCount * 4), out(0, kCount * 4);
+    DeviceBuf in(dev(0), kCount * 4), out(dev(0), kCount * 4);
     for (int round = 0; round < 3; ++round) {
       SCOPED_TRACE("round " + std::to_string(round));
       in.upload(std::vector<uint8_t>(kCount * 4, 0));
@@ -495,7 +368,7 @@ TEST(DeviceStreams, HostFunctionsAndGroupsFollowTheDeviceStream) {
       *f->sawKernel = f->kernelDone->load();
       *f->ran = true;
     }, &flags), comm, "chorusLaunchHostFunc");
-    DeviceBuf send(0, 64), recv(0, 64);
+    DeviceBuf send(dev(0), 64), recv(dev(0), 64);
     send.upload(std::vector<uint8_t>(64, static_cast<uint8_t>(10 + r)));
     const long fencesBefore = fake().fences();
     chorusGroupStart();
@@ -554,7 +427,7 @@ TEST(DeviceStreams, AFailureReachesTheStreamAndReleasesTheDeviceStream) {
     if (!kernelFails) fake().failAllocations(1);
     auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
       Streams st(comm);
-      DeviceBuf a(0, 4096);
+      DeviceBuf a(dev(0), 4096);
       if (kernelFails && r == 0) fake().streamFail(st.device);
       check(chorusAllReduce(a.data(), a.data(), 1024, chorusFloat32, chorusSum, comm, st.stream), comm,
             "AllReduce on the device stream (it fails later)");

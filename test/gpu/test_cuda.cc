@@ -1,0 +1,148 @@
+// Device buffers on a real GPU, through the CUDA plugin (transports/cuda_ipc): the collective matrix over CUDA
+// memory for 2 and 4 ranks sharing one GPU (threads of this process), equal bit for bit to the same calls over
+// host memory; NCCL's stream order with real kernels on a CUDA stream; chorusMemAlloc. Without a GPU every test
+// reports SKIP with CUDA's reason. scripts/gpu-check.sh runs it (also with CHORUS_CUDA_STREAM_WAIT=hostfn and
+// under compute-sanitizer).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "test/gpu/kernels.cuh"
+#include "test/ranks.h"
+#include "test/space_matrix.h"
+
+namespace {
+
+using namespace chorus::test;
+
+// "" when this process can use a GPU, else CUDA's reason.
+std::string noGpu() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("no usable GPU: ") + cudaGetErrorString(e);
+  return n == 0 ? "no GPU" : "";
+}
+
+#define REQUIRE_GPU()                                         \
+  do {                                                        \
+    if (const std::string why = noGpu(); !why.empty()) GTEST_SKIP() << why; \
+  } while (0)
+
+void ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+class CudaMemory final : public TestMemory {
+ public:
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    ok(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
+    return p;
+  }
+  void release(void* p) override { cudaFree(p); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+  }
+};
+CudaMemory gCuda;
+
+class CudaMatrix : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaMatrix, AllReduceEveryAlgorithmOverGpuMemoryEqualsHost) {
+  REQUIRE_GPU();
+  for (const char* algo : {"AUTO", "RING", "TREE"}) {
+    SCOPED_TRACE(algo);
+    runMatrix(gCuda, GetParam(), algo, {Coll::AllReduce});
+  }
+}
+
+TEST_P(CudaMatrix, EveryOtherCollectiveOverGpuMemoryEqualsHost) {
+  REQUIRE_GPU();
+  runMatrix(gCuda, GetParam(), "AUTO", kAllButAllReduce);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CudaMatrix, ::testing::Values(2, 4));
+
+// One kernel spins 50 ms and then writes the input, the AllReduce runs on a chorusStream made from the same CUDA
+// stream, and a kernel copies its output out; only CUDA's own cudaStreamSynchronize is waited for. The call must
+// return while the first kernel still runs, and the copy must see the reduced values.
+class CudaStreamOrder : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaStreamOrder, KernelCollectiveKernelOnOneStreamWithoutTheHostBlocking) {
+  REQUIRE_GPU();
+  const int n = GetParam();
+  constexpr size_t kCount = 1 << 20;
+  auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
+    cudaStream_t s = nullptr;
+    ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    chorusStream_t cs = nullptr;
+    check(chorusStreamCreateFromCuda(comm, s, &cs), comm, "chorusStreamCreateFromCuda");
+    float *in = nullptr, *out = nullptr, *seen = nullptr;
+    ok(cudaMalloc(&in, kCount * 4), "cudaMalloc");
+    ok(cudaMalloc(&out, kCount * 4), "cudaMalloc");
+    ok(cudaMalloc(&seen, kCount * 4), "cudaMalloc");
+    for (int round = 0; round < 3; ++round) {
+      ok(cudaMemset(in, 0, kCount * 4), "cudaMemset");
+      ok(cudaMemset(out, 0xC3, kCount * 4), "cudaMemset");
+      ok(cudaMemset(seen, 0, kCount * 4), "cudaMemset");
+      ok(gpu::spinThenFill(s, in, kCount, static_cast<float>(r + 1 + round), 50), "spinThenFill");
+      check(chorusAllReduce(in, out, kCount, chorusFloat32, chorusSum, comm, cs), comm, "AllReduce on the stream");
+      EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << "the call waited for the kernel queued before it";
+      ok(gpu::copyOut(s, out, seen, kCount), "copyOut");
+      ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      std::vector<float> got(kCount);
+      ok(cudaMemcpy(got.data(), seen, kCount * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      for (size_t i = 0; i < kCount; i += 4099) {
+        float want = 0;
+        for (int q = 0; q < n; ++q) want += static_cast<float>(q + 1 + round) + static_cast<float>(i % 7);
+        ASSERT_EQ(got[i], want) << "round " << round << " element " << i << " as the kernel after it saw it";
+      }
+      check(chorusStreamSynchronize(cs), comm, "chorusStreamSynchronize");
+    }
+    check(chorusStreamDestroy(cs), comm, "chorusStreamDestroy");
+    cudaFree(in);
+    cudaFree(out);
+    cudaFree(seen);
+    cudaStreamDestroy(s);
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CudaStreamOrder, ::testing::Values(2, 4));
+
+// chorusMemAlloc gives this device's memory; a stream of another device is refused where there is one.
+TEST(CudaApi, MemAllocAndStreamsOfAnotherDevice) {
+  REQUIRE_GPU();
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    void* p = nullptr;
+    check(chorusMemAlloc(&p, 1024 * sizeof(float)), comm, "chorusMemAlloc");
+    cudaPointerAttributes a{};
+    ok(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes");
+    EXPECT_EQ(a.type, cudaMemoryTypeDevice);
+    std::vector<float> host(1024, static_cast<float>(r + 1)), back(1024);
+    ok(cudaMemcpy(p, host.data(), 4096, cudaMemcpyHostToDevice), "cudaMemcpy");
+    check(chorusAllReduce(p, p, 1024, chorusFloat32, chorusMax, comm, nullptr), comm, "AllReduce");
+    ok(cudaMemcpy(back.data(), p, 4096, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    EXPECT_EQ(back[100], 2.0f);
+    check(chorusMemFree(p), comm, "chorusMemFree");
+    int devices = 0;
+    cudaGetDeviceCount(&devices);
+    if (devices > 1) {
+      ok(cudaSetDevice(1), "cudaSetDevice");
+      cudaStream_t other = nullptr;
+      ok(cudaStreamCreate(&other), "cudaStreamCreate");
+      ok(cudaSetDevice(0), "cudaSetDevice");
+      chorusStream_t cs = nullptr;
+      EXPECT_EQ(chorusStreamCreateFromCuda(comm, other, &cs), chorusInvalidArgument);
+      EXPECT_NE(std::string(chorusGetLastError(comm)).find("cuda:1"), std::string::npos) << chorusGetLastError(comm);
+      cudaStreamDestroy(other);
+    }
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+}  // namespace
