@@ -24,7 +24,7 @@ const char* const kOps[] = {"sum", "prod", "max", "min", "avg"};
 struct Args {
   size_t minBytes = 32u << 20, maxBytes = 32u << 20;  // nccl-tests defaults
   double factor = 2.0;
-  int iters = 20, warmup = 5, check = 1, root = 0, blocking = 0, adaptive = 0, peers = 0;
+  int iters = 20, warmup = 5, check = -1, root = 0, blocking = 0, adaptive = 0, peers = 0, device = 0;
   double seconds = 1.0;
   chorusDataType_t type = chorusFloat32;
   chorusRedOp_t op = chorusSum;
@@ -134,7 +134,7 @@ void usage(const char* prog) {
           "  -f factor     multiplicative step between sizes, default 2\n"
           "  -n iters      timed iterations per size, default 20\n"
           "  -w iters      warmup iterations per size, default 5\n"
-          "  -c 0|1        check results (#wrong), default 1\n"
+          "  -c 0|1        check results (#wrong), default 1 (0 with -G 1)\n"
           "  -o op         sum|prod|max|min|avg, default sum\n"
           "  -d type       int8 uint8 int32 uint32 int64 uint64 half|float16 float|float32 double|float64 bfloat16,"
           " default float\n"
@@ -146,6 +146,8 @@ void usage(const char* prog) {
           "  -T seconds    adaptive: time per size, default 1.0\n"
           "  -P 0|1        1: the peers' single-group layout (size count type redop time algbw busbw #wrong iters,\n"
           "                in-place where supported) for summarize.py. Default 0: nccl-tests layout\n"
+          "  -G 0|1        1: buffers in the current GPU's memory (chorusMemAlloc, through the CUDA plugin), left\n"
+          "                as allocated; results are not checked (-c 0). Default 0: host memory\n"
           "  -h            this help\n",
           prog);
 }
@@ -186,7 +188,7 @@ bool parseType(const std::string& s, chorusDataType_t& t) {
 void parseArgs(int argc, char** argv, Args& a) {
   int c;
   bool ok = true;
-  while (ok && (c = getopt(argc, argv, "b:e:f:n:w:c:o:d:r:z:a:T:P:h")) != -1) {
+  while (ok && (c = getopt(argc, argv, "b:e:f:n:w:c:o:d:r:z:a:T:P:G:h")) != -1) {
     switch (c) {
       case 'b': ok = parseSize(optarg, a.minBytes); break;
       case 'e': ok = parseSize(optarg, a.maxBytes); break;
@@ -198,6 +200,7 @@ void parseArgs(int argc, char** argv, Args& a) {
       case 'z': ok = parseInt(optarg, a.blocking, 0, 1); break;
       case 'a': ok = parseInt(optarg, a.adaptive, 0, 1); break;
       case 'P': ok = parseInt(optarg, a.peers, 0, 1); break;
+      case 'G': ok = parseInt(optarg, a.device, 0, 1); break;
       case 'T': a.seconds = atof(optarg); ok = a.seconds > 0; break;
       case 'd': ok = parseType(optarg, a.type); break;
       case 'o': {
@@ -213,6 +216,11 @@ void parseArgs(int argc, char** argv, Args& a) {
   }
   if (ok && optind < argc) { fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]); ok = false; }
   if (ok && a.minBytes > a.maxBytes) { fprintf(stderr, "%s: minbytes > maxbytes\n", argv[0]); ok = false; }
+  if (ok && a.device && a.check == 1) {
+    fprintf(stderr, "%s: -G 1 cannot check results (-c 1): the buffers are device memory\n", argv[0]);
+    ok = false;
+  }
+  if (a.check < 0) a.check = a.device ? 0 : 1;
   if (!ok) { usage(argv[0]); exit(1); }
 }
 
@@ -274,8 +282,13 @@ std::string fmtTime(double us) {
   return b;
 }
 
-void* allocBuf(size_t bytes) {
+void* allocBuf(size_t bytes, bool device) {
   bytes = (bytes + 4095) / 4096 * 4096 + 4096;  // never 0; pages touched below, outside the timing
+  if (device) {
+    void* p = nullptr;
+    ck(chorusMemAlloc(&p, bytes), "chorusMemAlloc");
+    return p;
+  }
   void* p = aligned_alloc(4096, bytes);
   if (!p) { fprintf(stderr, "rank %d: out of memory (%zu bytes)\n", gRank, bytes); exit(1); }
   memset(p, 0, bytes);
@@ -300,7 +313,7 @@ void printHeader(const Coll& coll, const Args& a, int argc, char** argv, int nra
   printf("# minBytes %zu maxBytes %zu step: %g(factor) ", a.minBytes, a.maxBytes, a.factor);
   if (a.adaptive) printf("warmup iters: adaptive iters: adaptive (%g s/size, 3..1000, <= 512 MiB/size)", a.seconds);
   else printf("warmup iters: %d iters: %d", a.warmup, a.iters);
-  printf(" validation: %d blocking: %d", a.check, a.blocking);
+  printf(" validation: %d blocking: %d memory: %s", a.check, a.blocking, a.device ? "device" : "host");
   printf("\n#\n# Using ranks\n");
   for (int r = 0; r < nranks; r++) printf("#  Rank %2d %s\n", r, all.c_str() + 64 * static_cast<size_t>(r));
   printf("# time = average per op, averaged across ranks; algbw = size/time; busbw = algbw*%g (n=%d);"
@@ -429,6 +442,11 @@ int64_t wrongFrom(const Ctx& x, const void* buf, size_t count, int src, size_t f
 int benchMain(int argc, char** argv, const Coll& coll) {
   Args a;
   parseArgs(argc, argv, a);
+  if (a.device) {  // the first allocation loads the device runtime, so the communicator works on this device
+    void* probe = nullptr;
+    ck(chorusMemAlloc(&probe, 1), "chorusMemAlloc");
+    ck(chorusMemFree(probe), "chorusMemFree");
+  }
   ck(chorusCommInitFromEnv(&gComm), "chorusCommInitFromEnv");
   int nranks = 0;
   ck(chorusCommUserRank(gComm, &gRank), "chorusCommUserRank");
@@ -452,8 +470,8 @@ int benchMain(int argc, char** argv, const Coll& coll) {
   Counts cmax;
   coll.getCounts(a.maxBytes / es, nranks, cmax);
   const size_t sendBytesMax = cmax.send * es, baseBytesMax = std::max(cmax.send, cmax.recv) * es;
-  char* sendBuf = static_cast<char*>(allocBuf(sendBytesMax));
-  char* recvBuf = static_cast<char*>(allocBuf(baseBytesMax));  // also the in-place buffer
+  char* sendBuf = static_cast<char*>(allocBuf(sendBytesMax, a.device));
+  char* recvBuf = static_cast<char*>(allocBuf(baseBytesMax, a.device));  // also the in-place buffer
 
   if (a.adaptive) settle(coll, x, a, nranks, sendBuf, recvBuf);
 
@@ -480,9 +498,11 @@ int benchMain(int argc, char** argv, const Coll& coll) {
         launch(coll, x, s, r, 1);
         wrong[g] = coll.check(x, r);
       }
-      // Zeros for timing: repeated in-place ops then stay finite and denormal-free.
-      memset(recvBuf, 0, used);
-      if (!g) memset(sendBuf, 0, x.c.send * es);
+      // Zeros for timing: repeated in-place ops then stay finite and denormal-free (device memory: as allocated).
+      if (!a.device) {
+        memset(recvBuf, 0, used);
+        if (!g) memset(sendBuf, 0, x.c.send * es);
+      }
       sec[g] = timeGroup(coll, x, a, bytes, s, r, iters[g]);
     }
     ck(chorusAllReduce(wrong, wrong, 2, chorusInt64, chorusSum, gComm, nullptr), "chorusAllReduce (#wrong)");
@@ -515,8 +535,13 @@ int benchMain(int argc, char** argv, const Coll& coll) {
   if (x.stream) ck(chorusStreamDestroy(x.stream), "chorusStreamDestroy");
   ck(chorusCommDestroy(gComm), "chorusCommDestroy");
   gComm = nullptr;
-  free(sendBuf);
-  free(recvBuf);
+  if (a.device) {
+    ck(chorusMemFree(sendBuf), "chorusMemFree");
+    ck(chorusMemFree(recvBuf), "chorusMemFree");
+  } else {
+    free(sendBuf);
+    free(recvBuf);
+  }
   return wrongTotal ? 1 : 0;  // wrong results fail the run, so scripts and CI notice
 }
 

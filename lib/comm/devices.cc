@@ -6,6 +6,14 @@
 
 namespace chorus {
 
+std::string whyNoRuntime(chorusResult_t* code) {
+  std::string seen;
+  for (const std::string& line : transport::memoryPlugins()) seen += (seen.empty() ? "" : "; ") + line;
+  *code = seen.empty() ? chorusInvalidUsage : chorusUnhandledCudaError;  // none built, or the runtime's own failure
+  return fmt::format("no device runtime is loaded in this process ({})",
+                     seen.empty() ? "no memory plugin was found: this Chorus was built without CUDA" : seen);
+}
+
 mem::Runtime* findDeviceRuntime(bool always) {
   if (always || transport::deviceDriverInProcess()) {
     transport::loadAllPlugins();
@@ -16,9 +24,11 @@ mem::Runtime* findDeviceRuntime(bool always) {
 
 void* deviceAllocate(size_t bytes) {
   mem::Runtime* runtime = findDeviceRuntime(true);
-  if (runtime == nullptr)
-    fail(chorusInvalidUsage, "chorusMemAlloc: no device runtime is loaded in this process (chorus_info says why)");
   chorusResult_t code = chorusInvalidUsage;
+  if (runtime == nullptr) {
+    const std::string why = whyNoRuntime(&code);
+    fail(code, "chorusMemAlloc: {}", why);
+  }
   if (const char* why = runtime->unusable(&code)) fail(code, "chorusMemAlloc: no device memory can be used: {}", why);
   mem::Device* device = runtime->current();
   if (device == nullptr)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "lib/mem/space.h"
 
@@ -11,6 +12,8 @@ namespace chorus {
 // Loads the plugins when the process has a device driver loaded (or whenever `always`), so that a device runtime
 // registers, or, failing that, the driver's probe (Note [A driver without its plugin]). The runtime or nullptr.
 mem::Runtime* findDeviceRuntime(bool always);
+// Why there is none: the memory plugins seen and what became of them; *code = the result to fail with.
+std::string whyNoRuntime(chorusResult_t* code);
 
 // chorusMemAlloc / chorusMemFree: memory of the calling thread's current device. Throw chorus::Error.
 void* deviceAllocate(size_t bytes);

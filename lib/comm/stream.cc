@@ -8,7 +8,6 @@
 #include "lib/base/error.h"
 #include "lib/comm/comm.h"
 #include "lib/comm/devices.h"
-#include "transports/plugin_memory.h"
 
 void chorusStream::add() {
   std::lock_guard<std::mutex> g(mu);
@@ -101,10 +100,11 @@ void waitReached(Comm& comm, const std::vector<Fence>& fences) {
 
 std::unique_ptr<mem::DeviceStream> openDeviceStream(Comm& comm, void* native) {
   mem::Runtime* runtime = findDeviceRuntime(true);
-  if (runtime == nullptr)
-    fail(chorusInvalidUsage, "cudaStream {} cannot be used: no device runtime is loaded in this process ({})", native,
-         transport::deviceDriverInProcess() ? "the CUDA plugin is missing or not available: see chorus_info"
-                                            : "no CUDA driver is loaded");
+  if (runtime == nullptr) {
+    chorusResult_t code = chorusInvalidUsage;
+    const std::string why = whyNoRuntime(&code);
+    fail(code, "cudaStream {} cannot be used: {}", native, why);
+  }
   std::unique_ptr<mem::DeviceStream> device = runtime->openStream(native);
   if (mem::Space(device->device()) != comm.space())
     fail(chorusInvalidArgument, "cudaStream {} belongs to {}, but this communicator works on {}", native,
