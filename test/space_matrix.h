@@ -142,15 +142,25 @@ inline void compareOne(TestMemory& memory, Coll c, chorusDataType_t dt, chorusRe
   if (!inPlace && devSend.download() != input) report->add(what + ": the device's sendbuff changed");
 }
 
-// Under a sanitizer (10-30x slower) the matrix keeps every collective, rank count, op and placement, three of the
-// ten datatypes and three of the four counts; the main build runs them all.
+// Under a sanitizer (10-30x slower), or with CHORUS_TEST_MATRIX=small (compute-sanitizer, scripts/gpu-check.sh),
+// the matrix keeps every collective, rank count, op and placement, three of the ten datatypes and three of the four
+// counts; otherwise it runs them all.
+inline bool smallMatrix() {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline const std::vector<chorusDataType_t> kMatrixTypes = {chorusUint8, chorusFloat16, chorusFloat32};
-inline const std::vector<size_t> kMatrixCounts = {1, 1031, 40009};
+  return true;
 #else
-inline const std::vector<chorusDataType_t> kMatrixTypes(std::begin(kAllTypes), std::end(kAllTypes));
-inline const std::vector<size_t> kMatrixCounts = {1, 7, 1031, 40009};
+  const char* v = std::getenv("CHORUS_TEST_MATRIX");
+  return v != nullptr && std::string(v) == "small";
 #endif
+}
+inline std::vector<chorusDataType_t> matrixTypes() {
+  if (smallMatrix()) return {chorusUint8, chorusFloat16, chorusFloat32};
+  return std::vector<chorusDataType_t>(std::begin(kAllTypes), std::end(kAllTypes));
+}
+inline std::vector<size_t> matrixCounts() {
+  if (smallMatrix()) return {1, 1031, 40009};
+  return {1, 7, 1031, 40009};
+}
 
 // Runs the matrix of `colls` on n ranks (threads of this process) with CHORUS_ALGO=algo, reporting mismatches.
 inline void runMatrix(TestMemory& memory, int n, const char* algo, const std::vector<Coll>& colls) {
@@ -160,10 +170,10 @@ inline void runMatrix(TestMemory& memory, int n, const char* algo, const std::ve
   auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
     Report mine;
     for (Coll c : colls)
-      for (chorusDataType_t dt : kMatrixTypes)
+      for (chorusDataType_t dt : matrixTypes())
         for (chorusRedOp_t op : kAllOps) {
           if (!reduces(c) && op != chorusSum) continue;
-          for (size_t count : kMatrixCounts)
+          for (size_t count : matrixCounts())
             for (bool inPlace : {false, true}) {
               if (inPlace && !shapeOf(c, count, 1, n, r).canBeInPlace) continue;
               const int root = (c == Coll::Broadcast || c == Coll::Reduce) ? static_cast<int>(count % n) : -1;
