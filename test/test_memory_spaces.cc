@@ -53,6 +53,10 @@ struct FakePlugin {
   void (*streamDestroy)(void*) = nullptr;
   long (*fences)() = nullptr;
   long (*openStreams)() = nullptr;  // opened by Chorus and not closed yet
+  // Staging: pinned host memory handed out, device copies started, and a delay before each copy runs.
+  long (*hostAllocations)() = nullptr;
+  long (*copiesStarted)() = nullptr;
+  void (*setCopyDelayUs)(int) = nullptr;
 };
 const FakePlugin& fake() {
   static const FakePlugin f = [] {
@@ -77,6 +81,9 @@ const FakePlugin& fake() {
     p.streamDestroy = reinterpret_cast<void (*)(void*)>(dlsym(h, "fakedevStreamDestroy"));
     p.fences = reinterpret_cast<long (*)()>(dlsym(h, "fakedevFences"));
     p.openStreams = reinterpret_cast<long (*)()>(dlsym(h, "fakedevOpenStreams"));
+    p.hostAllocations = reinterpret_cast<long (*)()>(dlsym(h, "fakedevHostAllocations"));
+    p.copiesStarted = reinterpret_cast<long (*)()>(dlsym(h, "fakedevCopiesStarted"));
+    p.setCopyDelayUs = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetCopyDelayUs"));
     return p;
   }();
   return f;
@@ -146,11 +153,32 @@ class Staged : public ::testing::TestWithParam<int> {};
 TEST_P(Staged, DeviceMemoryTheCpuMayNotTouchGoesThroughHostMemoryAndEqualsHost) {
   useDevice(0);
   HostInaccessible inaccessible;
+  const long copiesBefore = fake().copiesStarted(), pinnedBefore = fake().hostAllocations();
   for (const char* algo : {"AUTO", "RING", "TREE"}) {
     SCOPED_TRACE(algo);
     runMatrix(GetParam(), algo, {Coll::AllReduce});
   }
   runMatrix(GetParam(), "AUTO", test::kAllButAllReduce);
+  if (GetParam() > 1) {
+    const long copies = fake().copiesStarted() - copiesBefore, pinned = fake().hostAllocations() - pinnedBefore;
+    EXPECT_GT(copies, 0) << "no staging copy ran on the device";
+    // Bounce buffers come from the device's pinned memory and are reused: far fewer allocations than copies.
+    EXPECT_GT(pinned, 0) << "no bounce buffer came from the device's host memory";
+    EXPECT_LT(pinned * 20, copies) << pinned << " pinned allocations for " << copies << " copies";
+  }
+}
+
+// Copies that take a while (200 us each, on the device's own thread) while the host goes on: each message still
+// reaches the transport, and the algorithm, in order, and every result equals host memory's.
+TEST_P(Staged, SlowDeviceCopiesOverlapTheTransportAndKeepOrder) {
+  useDevice(0);
+  HostInaccessible inaccessible;
+  fake().setCopyDelayUs(200);
+  setenv("CHORUS_TEST_MATRIX", "small", 1);
+  runMatrix(GetParam(), "RING", {Coll::AllReduce});
+  runMatrix(GetParam(), "AUTO", {Coll::AllGather, Coll::AllToAll, Coll::SendRecv, Coll::Broadcast});
+  unsetenv("CHORUS_TEST_MATRIX");
+  fake().setCopyDelayUs(0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Staged, ::testing::Values(1, 2, 3, 4));

@@ -153,6 +153,14 @@ typedef struct {
   int (*streamRelease)(void* stream, uint64_t fence);
   int (*streamSynchronize)(void* stream); /* like cudaStreamSynchronize */
   void (*streamClose)(void* stream);      /* every fence released */
+  /* Staging through host memory (Note [Staging device memory] in lib/comm/comm.cc; all NULL where the runtime has
+   * nothing better than malloc and copy): host memory the device copies to and from fastest (pinned), and copies
+   * that run while the host goes on. Copies started on one device finish in the order started; copyDone never
+   * blocks (*done = 1 once the copy of that ticket, and so every one before it, has finished). */
+  int (*hostAllocate)(int device, size_t bytes, void** p);
+  int (*hostRelease)(int device, void* p);
+  int (*copyStart)(int device, void* dst, const void* src, size_t bytes, uint64_t* ticket);
+  int (*copyDone)(int device, uint64_t ticket, int* done);
 } chorusMemoryPlugin_v2_t;
 
 #ifdef __cplusplus

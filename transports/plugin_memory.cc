@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <deque>
 #include <mutex>
 #include <string_view>
@@ -46,6 +48,33 @@ class PluginDevice final : public mem::Device {
   }
   void release(void* p) override { t_->release(ordinal_, p); }  // from destructors: a failure is not thrown
   bool hostAccessible() const override { return t_->hostAccessible != nullptr && t_->hostAccessible(ordinal_) != 0; }
+  // Without the runtime's own: plain host memory, and copies that have finished when they return.
+  void* allocateHost(size_t bytes) override {
+    void* p = nullptr;
+    if (t_->hostAllocate == nullptr) {
+      p = std::malloc(bytes == 0 ? 1 : bytes);
+      if (p == nullptr) throw std::bad_alloc();
+      return p;
+    }
+    check(t_->hostAllocate(ordinal_, bytes, &p), fmt::format("allocating {} bytes of host memory", bytes));
+    return p;
+  }
+  void releaseHost(void* p) override {
+    if (t_->hostRelease == nullptr) std::free(p);
+    else t_->hostRelease(ordinal_, p);
+  }
+  uint64_t copyStart(void* dst, const void* src, size_t bytes) override {
+    uint64_t ticket = 0;
+    if (t_->copyStart == nullptr || t_->copyDone == nullptr) copy(dst, src, bytes);
+    else check(t_->copyStart(ordinal_, dst, src, bytes, &ticket), "starting a copy");
+    return ticket;
+  }
+  bool copyDone(uint64_t ticket) override {
+    if (t_->copyDone == nullptr) return true;
+    int done = 0;
+    check(t_->copyDone(ordinal_, ticket, &done), "waiting for a copy");
+    return done != 0;
+  }
 
  private:
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, name_, what); }
@@ -152,6 +181,10 @@ class UnusableDevice final : public mem::Device {
   void* allocate(size_t) override { refuse(); }
   void release(void*) override {}
   bool hostAccessible() const override { return false; }
+  void* allocateHost(size_t) override { refuse(); }
+  void releaseHost(void*) override {}
+  uint64_t copyStart(void*, const void*, size_t) override { refuse(); }
+  bool copyDone(uint64_t) override { refuse(); }
   int ordinal() const { return ordinal_; }
 
  private:

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 
 #include "algorithms/tree_shape.h"
@@ -71,6 +72,10 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
 
 Comm::~Comm() {
   for (const DeviceScratch& s : deviceScratch_) s.device->release(s.p);
+  for (Staged& s : staged_)  // the transports are closed by now
+    if (s.bounce != nullptr) bounceFree_[s.sizeClass].push_back(s.bounce);
+  for (auto& sizeClass : bounceFree_)
+    for (uint8_t* p : sizeClass) bounceDevice_->releaseHost(p);
 }
 
 // Busy spinning only pays when the peer we wait for has a core of its own. With more ranks on this host than
@@ -188,32 +193,91 @@ bool Comm::progress() {
 }
 
 // Note [Staging device memory]
-// Memory the CPU may not touch (a GPU's) reaches a host transport through host memory: a send copies its bytes
-// to a bounce buffer before the transport takes them, a receive lands in one and is copied to the device before
-// the algorithm sees it done. The algorithms' chunks make it a pipeline: the copy of chunk k+1 runs while the
-// transport still moves chunk k.
-Comm::Staged& Comm::stage(Request* user, size_t len, void* deviceDst) {
-  return staged_.emplace_back(Staged{user, {}, std::vector<uint8_t>(len), staging_, deviceDst});
+// Memory the CPU may not touch (a GPU's) reaches a host transport through host memory. A send starts a device
+// copy of its bytes to a bounce buffer and is handed to the transport once that copy is done; a receive lands in
+// a bounce buffer and starts a copy to the device, and the algorithm sees it done once that copy is. The copies
+// run on the device while the host goes on (mem::Device::copyStart: a stream of their own and an event each, for
+// CUDA), and progress() moves each message on, so the copy of chunk k+1 overlaps the transport's moving of chunk
+// k. Sends to one peer reach the transport in the order the algorithm issued them (copies finish in order, and a
+// send waits for any earlier one to the same peer). Bounce buffers are the device's pinned host memory, pooled
+// by size class for the communicator's life: the copy engine reads and writes pinned memory at full speed and
+// without a second copy, and the pool keeps cudaHostAlloc (milliseconds) off the hot path. While a copy is under
+// way a waiting rank yields instead of sleeping in poll: nothing would wake it when the copy ends.
+Comm::Staged& Comm::stage(Request* user, size_t len, void* deviceDst, int peer, const OpTag& tag) {
+  bounceDevice_ = staging_;  // the communicator's device: the only one its calls may use
+  if (len == 0)
+    return staged_.emplace_back(Staged{user, {}, nullptr, 0, -1, Staged::Step::Moving, 0, deviceDst, peer, tag});
+  const int sizeClass = len <= 4096 ? 0 : static_cast<int>(std::bit_width(len - 1)) - 12;
+  if (bounceFree_.size() <= static_cast<size_t>(sizeClass)) bounceFree_.resize(sizeClass + 1);
+  std::vector<uint8_t*>& free = bounceFree_[sizeClass];
+  uint8_t* bounce = nullptr;
+  if (free.empty()) {
+    bounce = static_cast<uint8_t*>(staging_->allocateHost(size_t(4096) << sizeClass));
+  } else {
+    bounce = free.back();
+    free.pop_back();
+  }
+  return staged_.emplace_back(Staged{user, {}, bounce, len, sizeClass, Staged::Step::Moving, 0, deviceDst, peer, tag});
 }
 
 bool Comm::finishStaged() {
   bool moved = false;
+  sendBlocked_.assign(static_cast<size_t>(nranks()), 0);
   for (auto it = staged_.begin(); it != staged_.end();) {
-    if (!it->shadow.done) {
+    Staged& s = *it;
+    bool finished = false;
+    if (s.step == Staged::Step::ToHost) {
+      if (sendBlocked_[s.peer] || !bounceDevice_->copyDone(s.ticket)) {
+        sendBlocked_[s.peer] = 1;
+        ++it;
+        continue;
+      }
+      --copying_;
+      moved = true;
+      if (s.user == nullptr) {
+        finished = true;  // its operation failed: nothing to send
+      } else {
+        s.step = Staged::Step::Moving;
+        route_[s.peer]->isend(s.peer, s.bounce, s.len, s.tag, &s.shadow);
+      }
+    } else if (s.step == Staged::Step::Moving) {
+      if (!s.shadow.done) {
+        ++it;
+        continue;
+      }
+      moved = true;
+      if (s.deviceDst != nullptr && s.user != nullptr) {
+        s.step = Staged::Step::ToDevice;
+        s.ticket = bounceDevice_->copyStart(s.deviceDst, s.bounce, s.len);
+        ++copying_;
+      } else {
+        finished = true;
+      }
+    } else {
+      if (!bounceDevice_->copyDone(s.ticket)) {
+        ++it;
+        continue;
+      }
+      --copying_;
+      moved = true;
+      finished = true;
+    }
+    if (!finished) {
       ++it;
       continue;
     }
-    if (it->user != nullptr) {
-      if (it->deviceDst != nullptr) it->device->copy(it->deviceDst, it->bounce.data(), it->bounce.size());
-      it->user->done = true;
-    }
+    if (s.user != nullptr) s.user->done = true;
+    if (s.bounce != nullptr) bounceFree_[s.sizeClass].push_back(s.bounce);
     it = staged_.erase(it);
-    moved = true;
   }
   return moved;
 }
 
 void Comm::sleepOnTransports() {
+  if (copying_ > 0) {  // a device copy ends without waking anyone
+    sched_yield();
+    return;
+  }
   std::vector<pollfd> fds;
   for (transport::Transport* t : inUse_) {
     if (!t->armWake()) return;
@@ -224,13 +288,15 @@ void Comm::sleepOnTransports() {
 }
 
 void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) {
-  if (staging_ != nullptr && len > 0) [[unlikely]] {
-    Staged& s = stage(req, len, nullptr);
-    staging_->copy(s.bounce.data(), buf, len);
-    buf = s.bounce.data();
-    req = &s.shadow;
+  if (staging_ != nullptr) [[unlikely]] {  // also when empty: it must not overtake a staged send to the peer
+    Staged& s = stage(req, len, nullptr, peer, tag);
+    s.step = Staged::Step::ToHost;
+    s.ticket = len == 0 ? 0 : staging_->copyStart(s.bounce, buf, len);  // ticket 0: nothing to wait for
+    ++copying_;
+    finishStaged();  // handed to the transport at once if the copy is done already (no copy engine)
+  } else {
+    route_[peer]->isend(peer, buf, len, tag, req);
   }
-  route_[peer]->isend(peer, buf, len, tag, req);
   // Operations run one at a time, so this needs no atomic read-modify-write: a locked add would wait for the
   // store that just published a shared-memory slot to reach the peer's cache line (~0.03 us per 8-byte call).
   bytesSent_.store(bytesSent_.load(std::memory_order_relaxed) + len, std::memory_order_relaxed);
@@ -238,8 +304,8 @@ void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Reques
 
 void Comm::irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) {
   if (staging_ != nullptr && len > 0) [[unlikely]] {
-    Staged& s = stage(req, len, buf);
-    buf = s.bounce.data();
+    Staged& s = stage(req, len, buf, peer, tag);
+    buf = s.bounce;
     req = &s.shadow;
   }
   route_[peer]->irecv(peer, buf, len, tag, req);

@@ -152,19 +152,31 @@ class Comm : public algo::Context {
     size_t bytes;
   };
   std::vector<DeviceScratch> deviceScratch_;  // released by ~Comm
-  // A message staged through host memory: the transport moves `bounce` under its own request; the algorithm's
-  // request completes once a received one is copied to the device.
+  // A message staged through host memory (Note [Staging device memory]): a send is copied to `bounce`, then moved by
+  // the transport under its own request; a receive is moved into `bounce`, then copied to the device. The
+  // algorithm's request completes when the last step has.
   struct Staged {
+    enum class Step : uint8_t { ToHost, Moving, ToDevice };
     Request* user;
     Request shadow;
-    std::vector<uint8_t> bounce;
-    mem::Device* device;
+    uint8_t* bounce;
+    size_t len;
+    int sizeClass;  // of bounce, in the pool
+    Step step;
+    uint64_t ticket;  // of the device copy under way
     void* deviceDst;  // a receive's destination; nullptr for a send
+    int peer;         // a send's, and its tag: it is handed to the transport once its copy is done
+    OpTag tag;
   };
   mem::Device* staging_ = nullptr;
   std::list<Staged> staged_;  // in flight; a list keeps each shadow request where the transport was given it
-  [[gnu::noinline]] Staged& stage(Request* user, size_t len, void* deviceDst);
+  int copying_ = 0;           // of staged_, those waiting for a device copy: waits then do not sleep in poll
+  [[gnu::noinline]] Staged& stage(Request* user, size_t len, void* deviceDst, int peer, const OpTag& tag);
   bool finishStaged();
+  // Pinned host memory for bounce buffers, pooled by power-of-two size class (from 4 KiB) and released by ~Comm.
+  mem::Device* bounceDevice_ = nullptr;
+  std::vector<std::vector<uint8_t*>> bounceFree_;
+  std::vector<uint8_t> sendBlocked_;  // per peer, during finishStaged: an earlier staged send is not posted yet
   std::atomic<uint64_t> bytesSent_{0};
 };
 

@@ -43,6 +43,12 @@ class Device {
   // The CPU may read and write this memory, so a transport moves it as it moves host memory. Otherwise only a
   // transport of the device (or staging through host memory) can.
   virtual bool hostAccessible() const = 0;
+  // Staging (Note [Staging device memory] in lib/comm/comm.cc): host memory the device copies to and from fastest
+  // (pinned), and copies that run while the host goes on, finishing in the order started. copyDone never blocks.
+  virtual void* allocateHost(size_t bytes) = 0;  // throws chorus::Error when it cannot
+  virtual void releaseHost(void* p) = 0;
+  virtual uint64_t copyStart(void* dst, const void* src, size_t bytes) = 0;
+  virtual bool copyDone(uint64_t ticket) = 0;
   // Why this process cannot use this memory at all (its runtime's plugin is missing or cannot run), with the code
   // to refuse it with; nullptr when it can.
   virtual const char* unusable(chorusResult_t* /*code*/) const { return nullptr; }

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
+#include <utility>
+#include <vector>
 #include <mutex>
 #include <string>
 
@@ -110,6 +113,70 @@ int allocate(int device, size_t bytes, void** p) {
   return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaMalloc of {} bytes", device, bytes));
 }
 
+// Staging's copies (Note [Staging device memory] in lib/comm/comm.cc): on a stream of their own per device, so
+// that they overlap the data work; an event per copy, queried in order.
+struct CopyQueue {
+  std::mutex mu;
+  cudaStream_t stream = nullptr;
+  uint64_t started = 0;
+  std::deque<std::pair<uint64_t, cudaEvent_t>> pending;  // oldest first
+  std::vector<cudaEvent_t> spare;
+};
+std::array<CopyQueue, kMaxDevices> gCopies;
+
+int copyStart(int device, void* dst, const void* src, size_t bytes, uint64_t* ticket) {
+  cudaStream_t unused = nullptr;
+  cudaError_t e = onDevice(device, &unused);
+  if (e != cudaSuccess) return failed(e, fmt::format("cuda:{}: starting a copy", device));
+  CopyQueue& q = gCopies[device];
+  std::lock_guard<std::mutex> g(q.mu);
+  if (q.stream == nullptr) e = cudaStreamCreateWithFlags(&q.stream, cudaStreamNonBlocking);
+  cudaEvent_t ev = nullptr;
+  if (e == cudaSuccess && !q.spare.empty()) {
+    ev = q.spare.back();
+    q.spare.pop_back();
+  } else if (e == cudaSuccess) {
+    e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  }
+  if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, q.stream);
+  if (e == cudaSuccess) e = cudaEventRecord(ev, q.stream);
+  if (e != cudaSuccess) {
+    if (ev != nullptr) q.spare.push_back(ev);
+    return failed(e, fmt::format("cuda:{}: starting a copy of {} bytes", device, bytes));
+  }
+  *ticket = ++q.started;
+  q.pending.emplace_back(*ticket, ev);
+  return 0;
+}
+
+int copyDone(int device, uint64_t ticket, int* done) {
+  if (device < 0 || device >= kMaxDevices) return failed(cudaErrorInvalidDevice, "copyDone");
+  CopyQueue& q = gCopies[device];
+  std::lock_guard<std::mutex> g(q.mu);
+  while (!q.pending.empty() && q.pending.front().first <= ticket) {
+    const cudaError_t e = cudaEventQuery(q.pending.front().second);
+    if (e == cudaErrorNotReady) {
+      *done = 0;
+      return 0;
+    }
+    if (e != cudaSuccess) return failed(e, fmt::format("cuda:{}: a copy", device));
+    q.spare.push_back(q.pending.front().second);
+    q.pending.pop_front();
+  }
+  *done = 1;
+  return 0;
+}
+
+int hostAllocate(int device, size_t bytes, void** p) {
+  const cudaError_t e = cudaHostAlloc(p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
+  return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaHostAlloc of {} bytes", device, bytes));
+}
+
+int hostRelease(int device, void* p) {
+  const cudaError_t e = cudaFreeHost(p);
+  return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaFreeHost", device));
+}
+
 int release(int device, void* p) {
   cudaStream_t s = nullptr;
   cudaError_t e = onDevice(device, &s);
@@ -123,7 +190,7 @@ const chorusMemoryPlugin_v2_t* memoryTable() {
   static const chorusMemoryPlugin_v2_t t = {
       CHORUS_MEMORY_PLUGIN_VERSION, "cuda", unavailable, [] { return tError.c_str(); }, classify, currentDevice,
       [](int) { return 0; }, copy, reduce, reduceN, scaleDivide, allocate, release, streamOpen, streamFence,
-      streamReached, streamRelease, streamSynchronize, streamClose};
+      streamReached, streamRelease, streamSynchronize, streamClose, hostAllocate, hostRelease, copyStart, copyDone};
   return &t;
 }
 
