@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "chorus/chorus.h"
 
@@ -289,5 +292,22 @@ inline Want referenceReduce(chorusDataType_t dt, chorusRedOp_t op, int n, Get ge
   w.cmp = Cmp::Bytes;
   return w;
 }
+
+// Wrong results of a run: the first few in words, and how many in all.
+struct Report {
+  std::vector<std::string> first;
+  size_t total = 0;
+  void add(std::string s) {
+    if (first.size() < 6) first.push_back(std::move(s));
+    ++total;
+  }
+  void throwIfAny() const {
+    if (total == 0) return;
+    std::string all;
+    for (const auto& s : first) all += "\n    " + s;
+    if (total > first.size()) all += "\n    ... " + std::to_string(total - first.size()) + " more";
+    throw std::runtime_error(std::to_string(total) + " wrong result(s):" + all);
+  }
+};
 
 }  // namespace chorus::test

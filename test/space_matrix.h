@@ -96,15 +96,6 @@ inline chorusResult_t call(Coll c, const void* send, void* recv, size_t count, c
 
 inline bool reduces(Coll c) { return c == Coll::AllReduce || c == Coll::ReduceScatter || c == Coll::Reduce; }
 
-struct Report {
-  std::vector<std::string> first;
-  size_t total = 0;
-  void add(std::string s) {
-    if (first.size() < 5) first.push_back(std::move(s));
-    ++total;
-  }
-};
-
 // Runs `c` once over host memory and once over device memory with the same inputs, and reports unless the
 // device's output equals the host's bit for bit (and, out of place, the device's input is unchanged).
 inline void compareOne(TestMemory& memory, Coll c, chorusDataType_t dt, chorusRedOp_t op, size_t count, bool inPlace,

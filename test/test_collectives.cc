@@ -88,22 +88,6 @@ class Buf {
   std::vector<uint8_t> mem_;
 };
 
-struct Report {
-  std::vector<std::string> first;
-  size_t total = 0;
-  void add(std::string s) {
-    if (first.size() < 6) first.push_back(std::move(s));
-    ++total;
-  }
-  void throwIfAny() const {
-    if (total == 0) return;
-    std::string all;
-    for (const auto& s : first) all += "\n    " + s;
-    if (total > first.size()) all += "\n    ... " + std::to_string(total - first.size()) + " more";
-    throw std::runtime_error(std::to_string(total) + " wrong result(s):" + all);
-  }
-};
-
 // ------------------------------------------------------------------------------------------------------------
 // Cases.
 
