@@ -7,6 +7,8 @@
 // the call's Space, across the plugin boundary. Also: which buffers the API accepts, how it refuses the others,
 // and a device error inside a collective.
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -204,6 +206,31 @@ TEST(SpaceArguments, BuffersOutsideTheCommunicatorsMemoryAreRefusedNamingThem) {
     EXPECT_EQ(hostOut[3], 2.0f);
     check(chorusAllReduce(a.data(), b.data(), 16, chorusFloat32, chorusSum, comm, nullptr), comm, "device");
   });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+// Where a device runtime is loaded, a pointer it does not know and the CPU cannot read (a freed device buffer, an
+// unmapped page) is refused naming the argument, not read; a call that moves nothing never looks at its buffers.
+TEST(SpaceArguments, AnUnreadablePointerIsRefusedNotRead) {
+  useDevice(0);
+  // Reserved and inaccessible, as CUDA leaves the address range of a freed buffer (an unmapped page could be
+  // mapped again by the ranks' threads meanwhile).
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* gone = mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    std::vector<float> host(16, 1.0f);
+    EXPECT_EQ(chorusAllReduce(gone, host.data(), 16, chorusFloat32, chorusSum, comm, nullptr), chorusInvalidArgument);
+    std::string text = chorusGetLastError(comm);
+    for (const char* w : {"sendbuff", "neither host memory this process can read", "fake device"})
+      EXPECT_NE(text.find(w), std::string::npos) << "'" << w << "' not in: " << text;
+    EXPECT_EQ(chorusRecv(gone, 4, chorusUint8, 1 - r, comm, nullptr), chorusInvalidArgument);
+    EXPECT_NE(std::string(chorusGetLastError(comm)).find("recvbuff"), std::string::npos) << chorusGetLastError(comm);
+    check(chorusAllReduce(gone, gone, 0, chorusFloat32, chorusSum, comm, nullptr), comm, "a call of 0 elements");
+    check(chorusAllReduce(host.data(), host.data(), 16, chorusFloat32, chorusSum, comm, nullptr), comm, "host");
+    EXPECT_EQ(host[9], 2.0f);
+  });
+  munmap(gone, page);
   for (const auto& e : errors) ADD_FAILURE() << e;
 }
 

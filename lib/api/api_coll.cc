@@ -47,9 +47,9 @@ struct Check {
     if (p == nullptr && nbytes > 0) bad(chorusInvalidArgument, "{} is NULL with {} bytes to access", name, nbytes);
   }
   // Where the call's buffers live (Note [Memory spaces]): host memory or the communicator's device, both in the
-  // same one. A buffer the call does not use is passed as nullptr.
-  mem::Space space(const void* send, const void* recv) const {
-    if (!mem::anyDevices()) return {};
+  // same one. A buffer the call does not use is passed as nullptr; bytes: the call's element bytes (n).
+  mem::Space space(size_t bytes, const void* send, const void* recv) const {
+    if (!mem::anyDevices() || bytes == 0) return {};  // a call that moves nothing touches neither buffer
     const mem::Space s = mem::classify(send), r = mem::classify(recv);
     usable(s, "sendbuff", send);
     usable(r, "recvbuff", recv);
@@ -59,10 +59,17 @@ struct Check {
           "space", send, s.name(), recv, r.name());
     return send != nullptr ? fits(s, "sendbuff", send) : fits(r, "recvbuff", recv);
   }
+  // With a device runtime, "host memory" is also what it says of a freed device buffer, which the CPU would fault
+  // on: such a buffer is refused, not read (one probe of its first byte, only in processes with a runtime).
   void usable(const mem::Space& s, const char* name, const void* p) const {
     chorusResult_t code = chorusInvalidArgument;
-    if (const char* why = s.isHost() ? nullptr : s.device()->unusable(&code))
+    if (s.isHost()) {
+      if (p != nullptr && !mem::readable(p))
+        bad(chorusInvalidArgument, "{} {} is neither host memory this process can read nor memory of a {} device "
+            "(freed, or not a buffer)", name, p, mem::runtime()->name());
+    } else if (const char* why = s.device()->unusable(&code)) {
       bad(code, "{} {} is {} memory, which this process cannot use: {}", name, p, s.name(), why);
+    }
   }
   const mem::Space& fits(const mem::Space& s, const char* name, const void* p) const {
     if (s.isHost()) return s;
@@ -107,7 +114,8 @@ chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t coun
     c.ptr(sendbuff, "sendbuff", n);
     c.ptr(recvbuff, "recvbuff", n);
     c.overlap(sendbuff, n, recvbuff, n, recvbuff);
-    return CollArgs{OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, false, c.space(sendbuff, recvbuff)};
+    return CollArgs{OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, false,
+                    c.space(n, sendbuff, recvbuff)};
   });
 }
 
@@ -122,7 +130,7 @@ chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t coun
     }
     c.ptr(recvbuff, "recvbuff", n);
     return CollArgs{OpKind::Broadcast, sendbuff, recvbuff, count, datatype, chorusSum, root, false,
-                    c.space(c.comm.rank() == root ? sendbuff : nullptr, recvbuff)};
+                    c.space(n, c.comm.rank() == root ? sendbuff : nullptr, recvbuff)};
   });
 }
 
@@ -138,7 +146,7 @@ chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count, 
       c.overlap(sendbuff, n, recvbuff, n, recvbuff);
     }
     return CollArgs{OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root, false,
-                    c.space(sendbuff, c.comm.rank() == root ? recvbuff : nullptr)};
+                    c.space(n, sendbuff, c.comm.rank() == root ? recvbuff : nullptr)};
   });
 }
 
@@ -152,7 +160,7 @@ chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t send
     c.ptr(recvbuff, "recvbuff", total);
     c.overlap(sendbuff, n, recvbuff, total, static_cast<const char*>(recvbuff) + static_cast<size_t>(c.comm.rank()) * n);
     return CollArgs{OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype, chorusSum, -1, false,
-                    c.space(sendbuff, recvbuff)};
+                    c.space(n, sendbuff, recvbuff)};
   });
 }
 
@@ -169,7 +177,7 @@ chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t 
     const char* inPlaceSend = static_cast<const char*>(recvbuff) - static_cast<size_t>(c.comm.rank()) * n;
     c.overlap(sendbuff, total, recvbuff, n, inPlaceSend);
     return CollArgs{OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, -1, false,
-                    c.space(sendbuff, recvbuff)};
+                    c.space(n, sendbuff, recvbuff)};
   });
 }
 
@@ -181,7 +189,7 @@ chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count
     c.ptr(recvbuff, "recvbuff", total);
     c.overlap(sendbuff, total, recvbuff, total, nullptr);
     return CollArgs{OpKind::AllToAll, sendbuff, recvbuff, count, datatype, chorusSum, -1, false,
-                    c.space(sendbuff, recvbuff)};
+                    c.space(total, sendbuff, recvbuff)};
   });
 }
 
@@ -194,7 +202,7 @@ chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t d
       c.bad(chorusInvalidUsage, "peer={} is this rank itself: a Send to self needs its Recv in the same group", peer);
     c.ptr(sendbuff, "sendbuff", n);
     return CollArgs{OpKind::Send, sendbuff, nullptr, count, datatype, chorusSum, peer, false,
-                    c.space(sendbuff, nullptr)};
+                    c.space(n, sendbuff, nullptr)};
   });
 }
 
@@ -207,7 +215,7 @@ chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatyp
       c.bad(chorusInvalidUsage, "peer={} is this rank itself: a Recv from self needs its Send in the same group", peer);
     c.ptr(recvbuff, "recvbuff", n);
     return CollArgs{OpKind::Send, nullptr, recvbuff, count, datatype, chorusSum, peer, true,
-                    c.space(nullptr, recvbuff)};
+                    c.space(n, nullptr, recvbuff)};
   });
 }
 

@@ -1,5 +1,8 @@
 #include "lib/mem/space.h"
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 namespace chorus::mem {
 
 void Space::reduceN(void* dst, const void* const* srcs, int n, size_t count, chorusDataType_t dt,
@@ -11,6 +14,12 @@ void Space::reduceN(void* dst, const void* const* srcs, int n, size_t count, cho
 }
 
 void setRuntime(Runtime* c) { detail::gRuntime.store(c, std::memory_order_release); }
+
+bool readable(const void* p) {
+  char byte;
+  iovec local{&byte, 1}, remote{const_cast<void*>(p), 1};
+  return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == 1;
+}
 
 Runtime* runtime() { return detail::gRuntime.load(std::memory_order_acquire); }
 

@@ -119,7 +119,8 @@ class Runtime {
 };
 void setRuntime(Runtime* c);  // nullptr unregisters; c outlives every communicator that used it
 Space currentSpace();               // the space of this thread's current device, host without one
-Runtime* runtime();              // the registered one, or nullptr
+Runtime* runtime();                 // the registered one, or nullptr
+bool readable(const void* p);       // this process may read the byte at p (a system call; never faults)
 
 namespace detail {
 inline std::atomic<Runtime*> gRuntime{nullptr};
