@@ -45,7 +45,8 @@ fi
 b=build-gpu
 targets=(test/test_cuda test/test_memory_spaces bench/all_reduce_perf bench/gpu/d2d_copy bench/gpu/stream_latency
          scripts/chorusrun scripts/chorus_info transports/cuda_ipc/libchorus-cuda_ipc.so
-         test/fixtures/memory/libchorus-fakedev.so test/fixtures/memory/libchorus-memfuture.so)
+         test/fixtures/memory/libchorus-fakedev.so test/fixtures/memory/libchorus-memfuture.so
+         test/fixtures/memory/libchorus-memshort.so)
 step build 300 bash -c "{ [ -f $b/build.ninja ] || meson setup $b -Dcuda=enabled -Dbuildtype=debugoptimized -Dwerror=true \
   -Dmicrobench=disabled -Ducx=disabled; } && ninja -C $b -j$(nproc) ${targets[*]}"
 if [ "$fails" -ne 0 ]; then echo "gpu-check: the build failed"; exit 1; fi

@@ -7,7 +7,8 @@
  * Note [Plugin versions]: the plugin exports one data symbol, chorusTransportPlugin_vN (of type
  * chorusTransportPlugin_vN_t), a table of function pointers whose `version` field repeats N. libchorus.so looks
  * for the symbol of the version it speaks; a plugin that exports another version (or a table whose version field
- * differs) is refused with both versions named, and the communicator forms without it. Any change to this file
+ * differs) is refused with both versions named, and the communicator forms without it; so is a table shorter
+ * than this libchorus's (its symbol's size says so: built against another plugin.h). Any change to this file
  * bumps N. Version 2: the pipeline chunk became steps by size (traits.chunks), where version 1 had one chunk.
  *
  * Contract of every function: returns a chorusResult_t (0 on success); on failure the text of

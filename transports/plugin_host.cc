@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <link.h>
 
 #include <algorithm>
 #include <bit>
@@ -225,6 +226,24 @@ std::string versionsIn(void* handle, const char* table, int speaks) {
 }
 
 // Loads one file: its transport (a Descriptor) and its device runtime (registered at once), either or both; false
+// The size the shared object gives the symbol at `address` (its ELF st_size), or 0 where it does not say.
+size_t symbolSize(const void* address) {
+  Dl_info info{};
+  void* entry = nullptr;  // the symbol's ElfW(Sym)
+  if (dladdr1(address, &info, &entry, RTLD_DL_SYMENT) == 0 || entry == nullptr) return 0;
+  const auto* sym = static_cast<const ElfW(Sym)*>(entry);
+  return sym->st_size;
+}
+
+// "" when the table at `address` is at least `expected` bytes long (or the object does not say), else why not: a
+// table built against another plugin.h would be read past its end.
+std::string shortTable(const std::string& path, const char* symbol, const void* address, size_t expected) {
+  const size_t size = symbolSize(address);
+  if (size == 0 || size >= expected) return "";
+  return fmt::format("{}: its {} is {} bytes, this libchorus's is {}: it was built against another plugin.h", path,
+                     symbol, size, expected);
+}
+
 // with the reason when it has neither that this libchorus accepts. Loaded objects stay for the process's life.
 bool loadOne(const std::string& path, std::optional<Descriptor>* out, std::string* memoryNote, std::string* why) {
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -251,6 +270,14 @@ bool loadOne(const std::string& path, std::optional<Descriptor>* out, std::strin
     return false;
   }
   // Everything is checked before anything is taken, so a refused file can be closed.
+  std::string tooShort = memory ? shortTable(path, CHORUS_MEMORY_PLUGIN_SYMBOL, memory, sizeof *memory) : "";
+  if (tooShort.empty() && table != nullptr)
+    tooShort = shortTable(path, CHORUS_TRANSPORT_PLUGIN_SYMBOL, table, sizeof *table);
+  if (!tooShort.empty()) {
+    *why = tooShort;
+    dlclose(h);
+    return false;
+  }
   if (memory != nullptr &&
       (memory->version != CHORUS_MEMORY_PLUGIN_VERSION || memory->name == nullptr || memory->classify == nullptr)) {
     *why = fmt::format("{} says it is a memory plugin of version {}; this libchorus speaks version {}", path,
