@@ -24,15 +24,12 @@ constexpr int kMaxDevices = 64;
 std::mutex gMu;
 std::array<cudaStream_t, kMaxDevices> gStreams{};
 
-// Makes `device` current on this thread and returns its stream (non-blocking: it does not wait for the legacy
-// default stream), created on first use.
-cudaError_t onDevice(int device, cudaStream_t* stream) {
+// The device's stream for the data work (non-blocking: it does not wait for the legacy default stream), created
+// on first use; call with the device current.
+cudaError_t streamOf(int device, cudaStream_t* stream) {
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
-  int current = -1;
-  cudaError_t e = cudaGetDevice(&current);
-  if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
-  if (e != cudaSuccess) return e;
   std::lock_guard<std::mutex> g(gMu);
+  cudaError_t e = cudaSuccess;
   if (gStreams[device] == nullptr) e = cudaStreamCreateWithFlags(&gStreams[device], cudaStreamNonBlocking);
   *stream = gStreams[device];
   return e;
@@ -41,8 +38,10 @@ cudaError_t onDevice(int device, cudaStream_t* stream) {
 // Runs `enqueue` on the device's stream and waits for it.
 template <class F>
 int run(int device, const char* what, F&& enqueue) {
+  OnDevice on(device);
   cudaStream_t s = nullptr;
-  cudaError_t e = onDevice(device, &s);
+  cudaError_t e = on.error();
+  if (e == cudaSuccess) e = streamOf(device, &s);
   if (e == cudaSuccess) e = enqueue(s);
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
   return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: {}", device, what));
@@ -107,8 +106,8 @@ int scaleDivide(int device, void* buf, size_t count, int dtype, int divisor) {
 }
 
 int allocate(int device, size_t bytes, void** p) {
-  cudaStream_t s = nullptr;
-  cudaError_t e = onDevice(device, &s);
+  OnDevice on(device);
+  cudaError_t e = on.error();
   if (e == cudaSuccess) e = cudaMalloc(p, bytes == 0 ? 1 : bytes);
   return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaMalloc of {} bytes", device, bytes));
 }
@@ -125,8 +124,9 @@ struct CopyQueue {
 std::array<CopyQueue, kMaxDevices> gCopies;
 
 int copyStart(int device, void* dst, const void* src, size_t bytes, uint64_t* ticket) {
-  cudaStream_t unused = nullptr;
-  cudaError_t e = onDevice(device, &unused);
+  if (device < 0 || device >= kMaxDevices) return failed(cudaErrorInvalidDevice, "copyStart");
+  OnDevice on(device);
+  cudaError_t e = on.error();
   if (e != cudaSuccess) return failed(e, fmt::format("cuda:{}: starting a copy", device));
   CopyQueue& q = gCopies[device];
   std::lock_guard<std::mutex> g(q.mu);
@@ -178,8 +178,8 @@ int hostRelease(int device, void* p) {
 }
 
 int release(int device, void* p) {
-  cudaStream_t s = nullptr;
-  cudaError_t e = onDevice(device, &s);
+  OnDevice on(device);
+  cudaError_t e = on.error();
   if (e == cudaSuccess) e = cudaFree(p);
   return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaFree", device));
 }

@@ -41,25 +41,6 @@ WaitValue32 waitValue32() {
   return fn;
 }
 
-// Makes `device` current for the scope, and restores the thread's own device after (the fence is queued on the
-// application's thread, whose current device is its business).
-class OnDevice {
- public:
-  explicit OnDevice(int device) {
-    e_ = cudaGetDevice(&saved_);
-    if (e_ == cudaSuccess && saved_ != device) e_ = cudaSetDevice(device);
-    else saved_ = -1;
-  }
-  ~OnDevice() {
-    if (saved_ >= 0) cudaSetDevice(saved_);
-  }
-  cudaError_t error() const { return e_; }
-
- private:
-  int saved_ = -1;
-  cudaError_t e_;
-};
-
 bool reachedCyclic(uint32_t now, uint32_t wanted) { return static_cast<int32_t>(now - wanted) >= 0; }
 
 struct Stream {
