@@ -27,7 +27,6 @@
 
 #include "lib/comm/comm.h"
 #include "test/comms.h"
-#include "test/shell.h"
 #include "test/ranks.h"
 #include "test/watchdog.h"
 
@@ -792,29 +791,6 @@ TEST(Abort, UnblocksAStreamedCall) {
   EXPECT_OK(chorusStreamDestroy(s));
   comms[0] = nullptr;
   EXPECT_OK(chorusCommDestroy(comms[1]));
-}
-
-// Device memory asked for where no device runtime can run (this machine: no GPU driver): the caller learns why, in
-// the CUDA plugin's own words when it was built, and nothing is allocated.
-TEST(DeviceMemory, AnAllocationWithoutADeviceRuntimeSaysWhy) {
-  void* p = reinterpret_cast<void*>(0x1);
-  const chorusResult_t rc = chorusMemAlloc(&p, 64);
-  if (rc == chorusSuccess) {
-    chorusMemFree(p);
-    GTEST_SKIP() << "this machine has a usable GPU: nothing to refuse";
-  }
-  const std::string text = chorusGetLastError(nullptr);
-  EXPECT_NE(text.find("chorusMemAlloc: no device runtime is loaded in this process"), std::string::npos) << text;
-  const bool pluginBuilt =
-      chorus::test::runShell("test -f " + chorus::test::buildDir() + "/transports/cuda_ipc/libchorus-cuda_ipc.so").status == 0;
-  if (pluginBuilt) {
-    EXPECT_EQ(rc, chorusUnhandledCudaError) << text;
-    EXPECT_NE(text.find("libchorus-cuda_ipc.so: not available: "), std::string::npos) << text;
-  } else {
-    EXPECT_EQ(rc, chorusInvalidUsage) << text;
-    EXPECT_NE(text.find("built without CUDA"), std::string::npos) << text;
-  }
-  EXPECT_OK(chorusMemFree(nullptr));
 }
 
 }  // namespace
