@@ -45,7 +45,7 @@ leak_transports=(transports) noleak_suites=()
 if [ -n "$(ucx_suites build-asan errors)" ]; then leak_transports=() noleak_suites=(transports errors-ucx); fi
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-asan --print-errorlogs --num-processes 1 reduce kernel_elements smoke errors shm tree_shape \
-  selection tree ddp ddp_train mlp memory_spaces cuda_driver \
+  selection tree ddp ddp_train mlp memory_spaces device_ipc cuda_driver \
   "${leak_transports[@]}" $(ucx_suites build-asan smoke ddp failures) || status=1
 if [ ${#noleak_suites[@]} -gt 0 ]; then
   ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -54,7 +54,7 @@ fi
 build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dmicrobench=disabled \
   || { echo "tsan build failed"; exit 1; }
 TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 smoke errors shm tree ddp ddp_train \
-  memory_spaces smoke-tcp transports $(ucx_suites build-tsan smoke errors ddp) || status=1
+  memory_spaces device_ipc smoke-tcp transports $(ucx_suites build-tsan smoke errors ddp) || status=1
 
 noleak=()
 [ ${#noleak_suites[@]} -gt 0 ] && noleak=(build-asan/meson-logs/asan-noleak.junit.xml)

@@ -183,7 +183,7 @@ TEST(Plugins, ForeignAndStaleFilesAreRefused) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("libchorus-junk.so could not be loaded"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("libchorus-noplugin.so is not a Chorus transport plugin (it exports no "
-                          "chorusTransportPlugin_v2) nor a memory plugin (no chorusMemoryPlugin_v2)"),
+                          "chorusTransportPlugin_v2) nor a memory plugin (no chorusMemoryPlugin_v3)"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("libchorus-future.so is a plugin of version 3; this libchorus speaks version 2"),
             std::string::npos) << r.output;

@@ -114,14 +114,15 @@ typedef struct {
   void (*close)(void* transport, int64_t deadlineNs);
 } chorusTransportPlugin_v2_t;
 
-/* Note [Memory plugins]: a plugin may also (or instead) export chorusMemoryPlugin_v2, a device runtime's memory
+/* Note [Memory plugins]: a plugin may also (or instead) export chorusMemoryPlugin_v3, a device runtime's memory
  * (Note [Memory spaces] in lib/mem/space.h): which pointers are memory of its devices, and the data work the
  * algorithms do on them. It has its own version, bumped on any change to this table. Every function returns a
  * chorusResult_t (chorusUnhandledCudaError for an error of the device's runtime) and on failure lastError(), of
  * the calling thread, says why. Data functions run after the calls before them and have finished when they
- * return. Devices are named NAME:ORDINAL. Version 2 added the device streams. */
-#define CHORUS_MEMORY_PLUGIN_VERSION 2
-#define CHORUS_MEMORY_PLUGIN_SYMBOL "chorusMemoryPlugin_v2"
+ * return. Devices are named NAME:ORDINAL. Version 2 added the device streams and staging; version 3 IPC. */
+#define CHORUS_MEMORY_PLUGIN_VERSION 3
+#define CHORUS_MEMORY_PLUGIN_SYMBOL "chorusMemoryPlugin_v3"
+#define CHORUS_IPC_HANDLE_BYTES 128
 
 typedef struct {
   uint32_t version; /* CHORUS_MEMORY_PLUGIN_VERSION */
@@ -162,7 +163,18 @@ typedef struct {
   int (*hostRelease)(int device, void* p);
   int (*copyStart)(int device, void* dst, const void* src, size_t bytes, uint64_t* ticket);
   int (*copyDone)(int device, uint64_t ticket, int* done);
-} chorusMemoryPlugin_v2_t;
+  /* IPC between the ranks of one host (Note [Device IPC] in transports/ipc/ipc_transport.cc; all NULL where the
+   * runtime has none). ipcExport describes the allocation holding p in CHORUS_IPC_HANDLE_BYTES opaque bytes (equal
+   * bytes: the same allocation, for as long as it lives) and says p's offset in it; ipcOpen maps such an
+   * allocation, exported by any process of the host (this one included), into this process (*base: its start), and
+   * ipcClose(handle, base) undoes it. reduceStart runs dst = a op b like copyStart (the same tickets, finishing in
+   * order with the copies); a and b may be memory ipcOpen mapped. Version 3. */
+  int (*ipcExport)(int device, const void* p, uint8_t* handle, size_t* offset);
+  int (*ipcOpen)(int device, const uint8_t* handle, void** base);
+  int (*ipcClose)(int device, const uint8_t* handle, void* base);
+  int (*reduceStart)(int device, void* dst, const void* a, const void* b, size_t count, int dtype, int op,
+                     uint64_t* ticket);
+} chorusMemoryPlugin_v3_t;
 
 #ifdef __cplusplus
 }

@@ -14,10 +14,12 @@
 
 namespace chorus::transport {
 
+static_assert(mem::kIpcHandleBytes == CHORUS_IPC_HANDLE_BYTES);
+
 namespace {
 
 // Throws the plugin's failure rc as chorus::Error: "WHO: WHAT failed: the plugin's lastError()".
-void throwOnFailure(const chorusMemoryPlugin_v2_t* t, int rc, std::string_view who, std::string_view what) {
+void throwOnFailure(const chorusMemoryPlugin_v3_t* t, int rc, std::string_view who, std::string_view what) {
   if (rc == 0) return;
   const char* why = t->lastError != nullptr ? t->lastError() : nullptr;
   throw Error(static_cast<chorusResult_t>(rc), fmt::format("{}: {} failed: {}", who, what, why ? why : "?"));
@@ -25,7 +27,7 @@ void throwOnFailure(const chorusMemoryPlugin_v2_t* t, int rc, std::string_view w
 
 class PluginDevice final : public mem::Device {
  public:
-  PluginDevice(const chorusMemoryPlugin_v2_t* t, int ordinal)
+  PluginDevice(const chorusMemoryPlugin_v3_t* t, int ordinal)
       : t_(t), ordinal_(ordinal), name_(fmt::format("{}:{}", t->name, ordinal)) {}
   const char* name() const override { return name_.c_str(); }
   int ordinal() const { return ordinal_; }
@@ -75,17 +77,39 @@ class PluginDevice final : public mem::Device {
     check(t_->copyDone(ordinal_, ticket, &done), "waiting for a copy");
     return done != 0;
   }
+  bool hasIpc() const override {
+    return t_->ipcExport != nullptr && t_->ipcOpen != nullptr && t_->ipcClose != nullptr && t_->copyStart != nullptr &&
+           t_->copyDone != nullptr;
+  }
+  size_t ipcExport(const void* p, uint8_t* handle) override {
+    size_t offset = 0;
+    check(t_->ipcExport(ordinal_, p, handle, &offset), fmt::format("exporting {} for IPC", p));
+    return offset;
+  }
+  void* ipcOpen(const uint8_t* handle) override {
+    void* base = nullptr;
+    check(t_->ipcOpen(ordinal_, handle, &base), "opening a peer's memory (IPC)");
+    return base;
+  }
+  void ipcClose(const uint8_t* handle, void* base) override { t_->ipcClose(ordinal_, handle, base); }
+  bool hasReduceStart() const override { return t_->reduceStart != nullptr && t_->copyDone != nullptr; }
+  uint64_t reduceStart(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt,
+                       chorusRedOp_t op) override {
+    uint64_t ticket = 0;
+    check(t_->reduceStart(ordinal_, dst, a, b, count, dt, op, &ticket), "starting a reduction");
+    return ticket;
+  }
 
  private:
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, name_, what); }
-  const chorusMemoryPlugin_v2_t* t_;
+  const chorusMemoryPlugin_v3_t* t_;
   int ordinal_;
   std::string name_;
 };
 
 class PluginStream final : public mem::DeviceStream {
  public:
-  PluginStream(const chorusMemoryPlugin_v2_t* t, mem::Device* device, void* stream)
+  PluginStream(const chorusMemoryPlugin_v3_t* t, mem::Device* device, void* stream)
       : t_(t), device_(device), stream_(stream) {}
   ~PluginStream() override { t_->streamClose(stream_); }
   mem::Device* device() const override { return device_; }
@@ -104,14 +128,14 @@ class PluginStream final : public mem::DeviceStream {
 
  private:
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, device_->name(), what); }
-  const chorusMemoryPlugin_v2_t* t_;
+  const chorusMemoryPlugin_v3_t* t_;
   mem::Device* device_;
   void* stream_;
 };
 
 class PluginRuntime final : public mem::Runtime {
  public:
-  PluginRuntime(const chorusMemoryPlugin_v2_t* t, std::string origin) : t_(t), origin_(std::move(origin)) {}
+  PluginRuntime(const chorusMemoryPlugin_v3_t* t, std::string origin) : t_(t), origin_(std::move(origin)) {}
   mem::Device* deviceOf(const void* p) override {
     int d = -1;
     check(t_->classify(p, &d), fmt::format("asking which memory {} is", p));
@@ -149,7 +173,7 @@ class PluginRuntime final : public mem::Runtime {
     return &devices_.emplace_back(t_, ordinal);
   }
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, t_->name, what); }
-  const chorusMemoryPlugin_v2_t* t_;
+  const chorusMemoryPlugin_v3_t* t_;
   std::string origin_;
   std::mutex mu_;
   std::deque<PluginDevice> devices_;
@@ -185,6 +209,12 @@ class UnusableDevice final : public mem::Device {
   void releaseHost(void*) override {}
   uint64_t copyStart(void*, const void*, size_t) override { refuse(); }
   bool copyDone(uint64_t) override { refuse(); }
+  bool hasIpc() const override { return false; }
+  size_t ipcExport(const void*, uint8_t*) override { refuse(); }
+  void* ipcOpen(const uint8_t*) override { refuse(); }
+  void ipcClose(const uint8_t*, void*) override {}
+  bool hasReduceStart() const override { return false; }
+  uint64_t reduceStart(void*, const void*, const void*, size_t, chorusDataType_t, chorusRedOp_t) override { refuse(); }
   int ordinal() const { return ordinal_; }
 
  private:
@@ -232,7 +262,7 @@ class DriverProbe final : public mem::Runtime {
 
 }  // namespace
 
-std::string registerMemoryPlugin(const chorusMemoryPlugin_v2_t* table, const std::string& file) {
+std::string registerMemoryPlugin(const chorusMemoryPlugin_v3_t* table, const std::string& file) {
   const char* unavailable = table->unavailable != nullptr ? table->unavailable() : nullptr;
   std::lock_guard<std::mutex> g(gMu);
   std::string why;

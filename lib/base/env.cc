@@ -37,6 +37,12 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_TRANSPORTS", "string", "",
      "transports that may serve pairs, in order of preference: a comma list (shm,ucx), ^ for all but those "
      "(^shm), case-insensitive; default the built-in ones, shm then tcp; plugins load only when named or with ^"},
+    {"CHORUS_DEVICE_IPC", "int", "1",
+     "1: ranks of one host move device memory device to device (CUDA IPC); 0: through pinned host memory and the "
+     "host transports"},
+    {"CHORUS_DEVICE_IPC_REDUCE", "int", "1",
+     "1: a reducing step over device IPC runs the reduce kernel reading the peer's buffer; 0: the copy engine "
+     "copies it to scratch first"},
     {"CHORUS_PLUGIN_PATH", "string", "",
      "colon list of folders searched first for transport plugins (libchorus-NAME.so), then the folder of "
      "libchorus.so and its chorus/ sub-folder"},
@@ -180,6 +186,8 @@ Config Config::fromEnv() {
   c.socketIfname = envValue("CHORUS_SOCKET_IFNAME");
   c.hostId = envValue("CHORUS_HOSTID");
   c.transports = envValue("CHORUS_TRANSPORTS");
+  c.deviceIpc = envInt("CHORUS_DEVICE_IPC", 0, 1) == 1;
+  c.deviceIpcReduce = envInt("CHORUS_DEVICE_IPC_REDUCE", 0, 1) == 1;
   return c;
 }
 

@@ -50,6 +50,8 @@ struct Config {
   std::string socketIfname;
   std::string hostId;
   std::string transports;  // CHORUS_TRANSPORTS, parsed by transports/registry.h
+  bool deviceIpc = true;        // CHORUS_DEVICE_IPC (Note [Device routes] in lib/comm/comm.cc)
+  bool deviceIpcReduce = true;  // CHORUS_DEVICE_IPC_REDUCE
 
   // Throws chorusInvalidArgument naming the variable, its value and what is accepted.
   static Config fromEnv();

@@ -16,6 +16,7 @@
 #include "lib/base/log.h"
 #include "lib/comm/tuning.h"
 #include "lib/comm/devices.h"
+#include "transports/ipc/ipc_transport.h"
 #include "transports/registry.h"
 
 namespace chorus {
@@ -45,6 +46,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   mine.host = host;
   mine.hostId = hostIdentity(config_.hostId);
   for (const auto& t : transports_) mine.addresses.push_back({t->name(), t->address()});
+  offerDeviceRoute(mine);
   BootstrapResult boot = exchangeWithRoot(root, mine, deadline);
   setup_.commId = boot.commId;
   std::vector<std::string> hostIds;
@@ -59,7 +61,9 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   recvSeq_.assign(nranks, 0);
   route_.assign(nranks, nullptr);
   fuses_.assign(nranks, 0);
+  deviceRoute_.assign(nranks, nullptr);
   connectPeers(boot.ranks, deadline);
+  connectDeviceRoutes(boot.ranks, deadline);
   model_ = buildCostModel(*this, oversubscribed_);
   executor_ = std::make_unique<Executor>(*this);
   CHORUS_INFO(kInit, "communicator ready: rank {} of {} on {}, commId {:016x}", rank, nranks, host, setup_.commId);
@@ -140,7 +144,8 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
   // chunk size depend on agree on all ranks.
   std::vector<std::vector<std::string>> offered(static_cast<size_t>(nranks()));
   for (int r = 0; r < nranks(); ++r)
-    for (const TransportAddress& a : ranks[static_cast<size_t>(r)].addresses) offered[static_cast<size_t>(r)].push_back(a.transport);
+    for (const TransportAddress& a : ranks[static_cast<size_t>(r)].addresses)
+      if (a.transport != transport::ipc::kName) offered[static_cast<size_t>(r)].push_back(a.transport);
   auto nameList = [](const std::vector<std::string>& v) {
     std::string s;
     for (const auto& n : v) s += (s.empty() ? "" : ",") + n;
@@ -183,6 +188,43 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
   // progress (the kernel completes TCP and unix-socket handshakes), so every rank can then accept in order.
   for (int p = rank() + 1; p < nranks(); ++p) route_[p]->connect(p, addressOf(p), deadline);
   for (int p = 0; p < rank(); ++p) route_[p]->accept(p, addressOf(p), deadline);
+}
+
+// Note [Device routes]
+// A call on device memory reaches a peer of the same host device to device where both ranks offer device IPC
+// (transports/ipc/ipc_transport.h: their communicators are on devices of one runtime that has IPC, and
+// CHORUS_DEVICE_IPC is not 0); the pair's host transport still carries its host calls and its failures. Every
+// rank computes every pair's answer from what all published, so both ends of a pair agree. Elsewhere device memory
+// goes through host memory (Note [Staging device memory]) where the CPU may not touch it.
+void Comm::offerDeviceRoute(RankInfo& mine) {
+  if (space_.isHost() || !config_.deviceIpc || !space_.device()->hasIpc() || nranks() == 1) return;
+  deviceIpc_ = transport::ipc::create(setup_, space_.device(), config_.deviceIpcReduce);
+  const std::string runtime = mem::runtime()->name();  // both ends must be of one runtime
+  mine.addresses.push_back({transport::ipc::kName, std::vector<uint8_t>(runtime.begin(), runtime.end())});
+}
+
+void Comm::connectDeviceRoutes(const std::vector<RankInfo>& ranks, Deadline deadline) {
+  if (deviceIpc_ == nullptr) return;
+  auto offer = [&](int r) -> const std::vector<uint8_t>* {
+    for (const TransportAddress& a : ranks[static_cast<size_t>(r)].addresses)
+      if (a.transport == transport::ipc::kName) return &a.bytes;
+    return nullptr;
+  };
+  const std::vector<uint8_t>* mine = offer(rank());
+  for (int p = 0; p < nranks(); ++p) {
+    const std::vector<uint8_t>* theirs = offer(p);
+    if (p != rank() && theirs != nullptr && *theirs == *mine && hostOf_[static_cast<size_t>(p)] == hostOf_[rank()])
+      deviceRoute_[p] = deviceIpc_.get();
+  }
+  // Creating a pair's page never waits, so every rank creates its higher peers' before it opens its lower ones'.
+  for (int p = rank() + 1; p < nranks(); ++p)
+    if (deviceRoute_[p] != nullptr) deviceIpc_->connect(p, {}, deadline);
+  for (int p = 0; p < rank(); ++p)
+    if (deviceRoute_[p] != nullptr) deviceIpc_->accept(p, {}, deadline);
+  if (std::any_of(deviceRoute_.begin(), deviceRoute_.end(), [](auto* t) { return t != nullptr; })) {
+    inUse_.push_back(deviceIpc_.get());
+    CHORUS_INFO(kInit, "{}: device calls reach the peers of this host over {} IPC", name(), space_.name());
+  }
 }
 
 bool Comm::progress() {
@@ -288,7 +330,9 @@ void Comm::sleepOnTransports() {
 }
 
 void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) {
-  if (staging_ != nullptr) [[unlikely]] {  // also when empty: it must not overtake a staged send to the peer
+  if (deviceCall_ && deviceRoute_[peer] != nullptr) [[unlikely]] {
+    deviceRoute_[peer]->isend(peer, buf, len, tag, req);
+  } else if (staging_ != nullptr) [[unlikely]] {  // also when empty: it must not overtake a staged send to the peer
     Staged& s = stage(req, len, nullptr, peer, tag);
     s.step = Staged::Step::ToHost;
     s.ticket = len == 0 ? 0 : staging_->copyStart(s.bounce, buf, len);  // ticket 0: nothing to wait for
@@ -303,6 +347,10 @@ void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Reques
 }
 
 void Comm::irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) {
+  if (deviceCall_ && deviceRoute_[peer] != nullptr) [[unlikely]] {
+    deviceRoute_[peer]->irecv(peer, buf, len, tag, req);
+    return;
+  }
   if (staging_ != nullptr && len > 0) [[unlikely]] {
     Staged& s = stage(req, len, buf, peer, tag);
     buf = s.bounce;

@@ -56,8 +56,10 @@ class Comm : public algo::Context {
 
   // The space of the call the algorithms run now: its messages are staged through host memory where the CPU may
   // not touch it (Note [Staging device memory]).
+  // Device calls go to a peer through its device route where it has one (Note [Device routes]).
   void beginCall(const mem::Space& space) {
-    staging_ = !space.isHost() && !space.device()->hostAccessible() ? space.device() : nullptr;
+    deviceCall_ = !space.isHost();
+    staging_ = deviceCall_ && !space.device()->hostAccessible() ? space.device() : nullptr;
   }
   // After each operation: a staged message still in flight (the operation failed) no longer reports to the
   // algorithm's request, which is gone; its bounce buffer stays until the transport is done with it.
@@ -71,7 +73,9 @@ class Comm : public algo::Context {
   void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) final;
   bool irecvReduce(const mem::Space& space, int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype,
                    chorusRedOp_t op, const OpTag& tag, Request* req) final {
-    return space.isHost() && fuses_[peer] && route_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
+    if (space.isHost()) [[likely]]
+      return fuses_[peer] && route_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
+    return deviceRoute_[peer] != nullptr && deviceRoute_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
   }
   // Drives the transports until done() is true: spins CHORUS_SPIN_US, then sleeps in poll. Throws on abort,
   // on a transport error, and after CHORUS_TIMEOUT seconds without progress (naming the operation).
@@ -109,6 +113,9 @@ class Comm : public algo::Context {
   void startTransports();
   // Picks each pair's transport (transport::choosePair) and connects to this rank's peers.
   void connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline);
+  // The device routes (Note [Device routes]): what this rank offers, and the pairs of one host that both offer it.
+  void offerDeviceRoute(RankInfo& mine);
+  void connectDeviceRoutes(const std::vector<RankInfo>& ranks, Deadline deadline);
   // Drives every transport in use once; true if anything moved.
   bool progress();
   // Sleeps until a transport may have work or the communicator is aborted (at most 100 ms).
@@ -125,6 +132,9 @@ class Comm : public algo::Context {
   std::vector<const transport::Descriptor*> descriptors_;         // of each of transports_
   std::vector<transport::Transport*> inUse_;  // those that serve at least one peer
   std::vector<transport::Transport*> route_;  // per peer
+  std::unique_ptr<transport::Transport> deviceIpc_;  // device to device within a host, where offered
+  std::vector<transport::Transport*> deviceRoute_;  // per peer: deviceIpc_ or nullptr
+  bool deviceCall_ = false;  // the call the algorithms run now is on device memory
   std::vector<int> hostOf_;
   ChunkSteps chunks_;  // the pipeline chunk by buffer size (chooseChunk)
   bool reduceOnReceive_ = false;

@@ -23,6 +23,8 @@
 
 namespace chorus::mem {
 
+constexpr size_t kIpcHandleBytes = 128;  // CHORUS_IPC_HANDLE_BYTES of transports/plugin.h
+
 // One device's memory (a GPU), implemented where that device's runtime is linked (a plugin), never in
 // libchorus.so itself. Each call runs after the calls before it and has finished when it returns: the
 // algorithms hand the bytes to a transport next.
@@ -49,6 +51,17 @@ class Device {
   virtual void releaseHost(void* p) = 0;
   virtual uint64_t copyStart(void* dst, const void* src, size_t bytes) = 0;
   virtual bool copyDone(uint64_t ticket) = 0;
+  // IPC between the ranks of one host (Note [Device IPC] in transports/ipc/ipc_transport.cc), where hasIpc():
+  // ipcExport describes the allocation holding p in kIpcHandleBytes bytes (equal bytes: the same live allocation)
+  // and returns p's offset in it; ipcOpen maps one exported by any process of the host and returns its start;
+  // reduceStart runs dst = a op b as a copyStart (the same tickets, in order). Each throws chorus::Error.
+  virtual bool hasIpc() const = 0;
+  virtual size_t ipcExport(const void* p, uint8_t* handle) = 0;
+  virtual void* ipcOpen(const uint8_t* handle) = 0;
+  virtual void ipcClose(const uint8_t* handle, void* base) = 0;  // from destructors: never throws
+  virtual bool hasReduceStart() const = 0;
+  virtual uint64_t reduceStart(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt,
+                               chorusRedOp_t op) = 0;
   // Why this process cannot use this memory at all (its runtime's plugin is missing or cannot run), with the code
   // to refuse it with; nullptr when it can.
   virtual const char* unusable(chorusResult_t* /*code*/) const { return nullptr; }

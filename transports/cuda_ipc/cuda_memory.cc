@@ -13,6 +13,7 @@
 
 #include "lib/kernels/cuda/reduce_kernels.cuh"
 #include "transports/cuda_ipc/cuda_error.h"
+#include "transports/cuda_ipc/cuda_ipc.h"
 #include "transports/cuda_ipc/cuda_stream.h"
 #include "transports/plugin.h"
 
@@ -123,11 +124,13 @@ struct CopyQueue {
 };
 std::array<CopyQueue, kMaxDevices> gCopies;
 
-int copyStart(int device, void* dst, const void* src, size_t bytes, uint64_t* ticket) {
-  if (device < 0 || device >= kMaxDevices) return failed(cudaErrorInvalidDevice, "copyStart");
+// Queues `enqueue` on the device's copy stream and records an event after it: the ticket's.
+template <class F>
+int startOnCopyStream(int device, const char* what, uint64_t* ticket, F&& enqueue) {
+  if (device < 0 || device >= kMaxDevices) return failed(cudaErrorInvalidDevice, what);
   OnDevice on(device);
   cudaError_t e = on.error();
-  if (e != cudaSuccess) return failed(e, fmt::format("cuda:{}: starting a copy", device));
+  if (e != cudaSuccess) return failed(e, fmt::format("cuda:{}: {}", device, what));
   CopyQueue& q = gCopies[device];
   std::lock_guard<std::mutex> g(q.mu);
   if (q.stream == nullptr) e = cudaStreamCreateWithFlags(&q.stream, cudaStreamNonBlocking);
@@ -138,15 +141,30 @@ int copyStart(int device, void* dst, const void* src, size_t bytes, uint64_t* ti
   } else if (e == cudaSuccess) {
     e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
   }
-  if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, q.stream);
+  if (e == cudaSuccess) e = enqueue(q.stream);
   if (e == cudaSuccess) e = cudaEventRecord(ev, q.stream);
   if (e != cudaSuccess) {
     if (ev != nullptr) q.spare.push_back(ev);
-    return failed(e, fmt::format("cuda:{}: starting a copy of {} bytes", device, bytes));
+    return failed(e, fmt::format("cuda:{}: {}", device, what));
   }
   *ticket = ++q.started;
   q.pending.emplace_back(*ticket, ev);
   return 0;
+}
+
+int copyStart(int device, void* dst, const void* src, size_t bytes, uint64_t* ticket) {
+  return startOnCopyStream(device, "starting a copy", ticket, [&](cudaStream_t s) {
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
+  });
+}
+
+// A reduction reading a peer's buffer (Note [Device IPC]): on the copy stream, so it finishes in ticket order.
+int reduceStart(int device, void* dst, const void* a, const void* b, size_t count, int dtype, int op,
+                uint64_t* ticket) {
+  return startOnCopyStream(device, "starting a reduction", ticket, [&](cudaStream_t s) {
+    return kernels::gpu::reduce(dst, a, b, count, static_cast<chorusDataType_t>(dtype),
+                                static_cast<chorusRedOp_t>(op), s);
+  });
 }
 
 int copyDone(int device, uint64_t ticket, int* done) {
@@ -186,11 +204,12 @@ int release(int device, void* p) {
 
 }  // namespace
 
-const chorusMemoryPlugin_v2_t* memoryTable() {
-  static const chorusMemoryPlugin_v2_t t = {
+const chorusMemoryPlugin_v3_t* memoryTable() {
+  static const chorusMemoryPlugin_v3_t t = {
       CHORUS_MEMORY_PLUGIN_VERSION, "cuda", unavailable, [] { return tError.c_str(); }, classify, currentDevice,
       [](int) { return 0; }, copy, reduce, reduceN, scaleDivide, allocate, release, streamOpen, streamFence,
-      streamReached, streamRelease, streamSynchronize, streamClose, hostAllocate, hostRelease, copyStart, copyDone};
+      streamReached, streamRelease, streamSynchronize, streamClose, hostAllocate, hostRelease, copyStart, copyDone,
+      ipcExport, ipcOpen, ipcClose, reduceStart};
   return &t;
 }
 
