@@ -43,6 +43,8 @@ struct FakePlugin {
   long (*ipcOpens)() = nullptr;
   long (*ipcCloses)() = nullptr;
   long (*reduceStarts)() = nullptr;
+  void (*setTestBuffersExportable)(int) = nullptr;  // 0: the test's own buffers cannot be exported
+  long (*ipcExportsRefused)() = nullptr;
 };
 inline const FakePlugin& fake() {
   static const FakePlugin f = [] {
@@ -74,6 +76,8 @@ inline const FakePlugin& fake() {
     p.ipcOpens = reinterpret_cast<long (*)()>(dlsym(h, "fakedevIpcOpens"));
     p.ipcCloses = reinterpret_cast<long (*)()>(dlsym(h, "fakedevIpcCloses"));
     p.reduceStarts = reinterpret_cast<long (*)()>(dlsym(h, "fakedevReduceStarts"));
+    p.setTestBuffersExportable = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetTestBuffersExportable"));
+    p.ipcExportsRefused = reinterpret_cast<long (*)()>(dlsym(h, "fakedevIpcExportsRefused"));
     return p;
   }();
   return f;

@@ -153,6 +153,22 @@ inline std::vector<size_t> matrixCounts() {
   return {1, 7, 1031, 40009};
 }
 
+// One rank's part of the matrix of `colls` (rank r of n on comm), its mismatches reported into `report`.
+inline void rankMatrix(TestMemory& memory, int r, int n, chorusComm_t comm, const std::vector<Coll>& colls,
+                       Report* report) {
+  for (Coll c : colls)
+    for (chorusDataType_t dt : matrixTypes())
+      for (chorusRedOp_t op : kAllOps) {
+        if (!reduces(c) && op != chorusSum) continue;
+        for (size_t count : matrixCounts())
+          for (bool inPlace : {false, true}) {
+            if (inPlace && !shapeOf(c, count, 1, n, r).canBeInPlace) continue;
+            const int root = (c == Coll::Broadcast || c == Coll::Reduce) ? static_cast<int>(count % n) : -1;
+            compareOne(memory, c, dt, op, count, inPlace, root, r, n, comm, report);
+          }
+      }
+}
+
 // Runs the matrix of `colls` on n ranks (threads of this process) with CHORUS_ALGO=algo, reporting mismatches.
 inline void runMatrix(TestMemory& memory, int n, const char* algo, const std::vector<Coll>& colls) {
   setenv("CHORUS_ALGO", algo, 1);
@@ -160,17 +176,7 @@ inline void runMatrix(TestMemory& memory, int n, const char* algo, const std::ve
   std::mutex mu;
   auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
     Report mine;
-    for (Coll c : colls)
-      for (chorusDataType_t dt : matrixTypes())
-        for (chorusRedOp_t op : kAllOps) {
-          if (!reduces(c) && op != chorusSum) continue;
-          for (size_t count : matrixCounts())
-            for (bool inPlace : {false, true}) {
-              if (inPlace && !shapeOf(c, count, 1, n, r).canBeInPlace) continue;
-              const int root = (c == Coll::Broadcast || c == Coll::Reduce) ? static_cast<int>(count % n) : -1;
-              compareOne(memory, c, dt, op, count, inPlace, root, r, n, comm, &mine);
-            }
-        }
+    rankMatrix(memory, r, n, comm, colls, &mine);
     std::lock_guard<std::mutex> g(mu);
     for (auto& f : mine.first) report.add(f);
     report.total += mine.total - mine.first.size();

@@ -97,6 +97,21 @@ TEST_P(DeviceIpc, SlowDeviceWorkKeepsOrder) {
   fake().setCopyDelayUs(0);
 }
 
+// Buffers the runtime cannot export (as CUDA's cudaMallocAsync pools and cuMemCreate): they go from a device
+// bounce buffer of Chorus's, copied there by the device, and every result still equals host memory's.
+TEST_P(DeviceIpc, BuffersThatCannotBeExportedGoThroughADeviceBounceBuffer) {
+  useDevice(0);
+  HostInaccessible inaccessible;
+  test::EnvGuard env;
+  env.set("CHORUS_TEST_MATRIX", "small");
+  fake().setTestBuffersExportable(0);
+  const long refusedBefore = fake().ipcExportsRefused(), exportsBefore = fake().ipcExports();
+  runMatrix(GetParam(), "AUTO", {Coll::AllReduce, Coll::AllGather, Coll::SendRecv, Coll::Broadcast});
+  fake().setTestBuffersExportable(1);
+  EXPECT_GT(fake().ipcExportsRefused(), refusedBefore) << "no send came from a buffer that cannot be exported";
+  EXPECT_GT(fake().ipcExports(), exportsBefore);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, DeviceIpc, ::testing::Values(2, 3, 4));
 
 // More distinct buffers than the mapping cache holds: the least recently used mappings are closed, and every

@@ -1,6 +1,6 @@
 // Device buffers on a real GPU, through the CUDA plugin (transports/cuda_ipc): the collective matrix over CUDA
-// memory for 2 and 4 ranks sharing one GPU (threads of this process), equal bit for bit to the same calls over
-// host memory; NCCL's stream order with real kernels on a CUDA stream; chorusMemAlloc. Without a GPU every test
+// memory for 2 and 4 ranks sharing one GPU, as threads of this process and as processes (CUDA IPC between them),
+// equal bit for bit to the same calls over host memory; NCCL's stream order with real kernels on a CUDA stream; chorusMemAlloc. Without a GPU every test
 // reports SKIP with CUDA's reason. scripts/gpu-check.sh runs it (also with CHORUS_CUDA_STREAM_WAIT=hostfn and
 // under compute-sanitizer).
 #include <cuda_runtime.h>
@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "test/gpu/cuda_memory.h"
 #include "test/gpu/kernels.cuh"
+#include "test/shell.h"
 #include "test/ranks.h"
 #include "test/space_matrix.h"
 
@@ -32,22 +34,6 @@ std::string noGpu() {
     if (const std::string why = noGpu(); !why.empty()) GTEST_SKIP() << why; \
   } while (0)
 
-void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-class CudaMemory final : public TestMemory {
- public:
-  void* allocate(size_t bytes) override {
-    void* p = nullptr;
-    ok(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
-    return p;
-  }
-  void release(void* p) override { cudaFree(p); }
-  void copy(void* dst, const void* src, size_t bytes) override {
-    ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
-  }
-};
 CudaMemory gCuda;
 
 class CudaMatrix : public ::testing::TestWithParam<int> {};
@@ -66,6 +52,26 @@ TEST_P(CudaMatrix, EveryOtherCollectiveOverGpuMemoryEqualsHost) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CudaMatrix, ::testing::Values(2, 4));
+
+// Ranks as processes (cuda_rank_matrix under chorusrun): device IPC between them opens each other's allocations
+// with cudaIpcOpenMemHandle. Once with the reduce kernel reading the peer's buffer, once with the copy engine
+// copying it to scratch first (CHORUS_DEVICE_IPC_REDUCE=0), once staged through host memory (CHORUS_DEVICE_IPC=0).
+class CudaProcesses : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaProcesses, TheMatrixAcrossProcessesEqualsHost) {
+  REQUIRE_GPU();
+  const std::string run = "CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT " + buildDir() + "/scripts/chorusrun -n " +
+                          std::to_string(GetParam()) + " " + buildDir() + "/test/cuda_rank_matrix ";
+  const RunResult full = runShell(run + "all");
+  EXPECT_EQ(full.status, 0) << full.output;
+  EXPECT_NE(full.output.find("over cuda:0 IPC"), std::string::npos) << "device IPC was not used:\n" << full.output;
+  for (const char* mode : {"CHORUS_DEVICE_IPC_REDUCE=0", "CHORUS_DEVICE_IPC=0"}) {
+    const RunResult r = runShell(std::string(mode) + " CHORUS_TEST_MATRIX=small CHORUS_ALGO=RING " + run + "allreduce");
+    EXPECT_EQ(r.status, 0) << mode << ":\n" << r.output;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CudaProcesses, ::testing::Values(2, 4));
 
 // One kernel spins 50 ms and then writes the input, the AllReduce runs on a chorusStream made from the same CUDA
 // stream, and a kernel copies its output out; only CUDA's own cudaStreamSynchronize is waited for. The call must

@@ -57,7 +57,7 @@ std::shared_ptr<PageMapping> PageMapping::create(const std::string& name) {
   return m;
 }
 
-std::shared_ptr<PageMapping> PageMapping::open(const std::string& name, const std::string& peer,
+std::shared_ptr<PageMapping> PageMapping::open(const std::string& name, const std::string& peer, bool sameProcess,
                                                std::chrono::steady_clock::time_point deadline) {
   std::shared_ptr<PageMapping> m;
   for (;;) {
@@ -66,7 +66,7 @@ std::shared_ptr<PageMapping> PageMapping::open(const std::string& name, const st
       auto it = registry().find(name);
       if (it != registry().end()) m = it->second.lock();
     }
-    if (m == nullptr) {
+    if (m == nullptr && !sameProcess) {  // a creator in this process is waited for in the registry
       Fd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600));
       struct stat st{};
       if (fd && ::fstat(fd.get(), &st) == 0 && static_cast<size_t>(st.st_size) == sizeof(Page)) {

@@ -50,8 +50,9 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics
 class PageMapping {
  public:
   static std::shared_ptr<PageMapping> create(const std::string& name);  // zero-filled; throws chorus::Error
-  // Waits for the creator until the deadline; throws chorus::Error naming `peer` when it does not come.
-  static std::shared_ptr<PageMapping> open(const std::string& name, const std::string& peer,
+  // Waits for the creator (`peer`; in this process when sameProcess) until the deadline; throws chorus::Error naming
+  // it when it does not come.
+  static std::shared_ptr<PageMapping> open(const std::string& name, const std::string& peer, bool sameProcess,
                                            std::chrono::steady_clock::time_point deadline);
   ~PageMapping();
   Page* get() const { return page_; }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "lib/base/error.h"
+#include "lib/base/log.h"
 #include "lib/base/socket.h"
 #include "lib/kernels/reduce.h"
 #include "transports/ipc/ipc_page.h"
@@ -32,7 +34,9 @@ namespace chorus::transport::ipc {
 // sender's request: its buffer is free again. So every byte crosses once, device to device, and the host only
 // moves descriptors. Copies finish in order, so descriptors are consumed in order and each side's counters are
 // single-writer. Mapped allocations are cached by their handle's bytes (an allocation freed and made again has new
-// ones), at most kMaxOpened, least recently used closed first.
+// ones), at most kMaxOpened, least recently used closed first. A buffer the runtime cannot export (CUDA: memory of
+// cudaMallocAsync pools or cuMemCreate) is copied device to device into a pooled bounce buffer of ours first, and
+// that is published instead: one more pass over device memory, at the device's copy rate.
 //
 // Waiting: a device copy ends without waking anyone and a peer's descriptor comes without a signal, so before a
 // waiter sleeps, armWake arms a timer (50 us while a copy runs here, 1 ms otherwise) that waitFd() reports. A waiter
@@ -54,7 +58,14 @@ class IpcTransport final : public Transport {
   ~IpcTransport() override {
     // Copies still running (an operation failed) must end before their memory is unmapped.
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    for (Peer& p : peers_)
+    for (Peer& p : peers_) {
+      for (Send& q : p.queued)
+        try {
+          while (q.bounce != nullptr && !device_->copyDone(q.ticket) && std::chrono::steady_clock::now() < until)
+            std::this_thread::yield();
+        } catch (const Error&) {
+          break;
+        }
       for (Recv& r : p.copying)
         try {
           while (r.ticket != 0 && !device_->copyDone(r.ticket) && std::chrono::steady_clock::now() < until)
@@ -62,7 +73,9 @@ class IpcTransport final : public Transport {
         } catch (const Error&) {
           break;
         }
+    }
     for (auto& [handle, o] : opened_) device_->ipcClose(handle.data(), o.base);
+    for (uint8_t* b : bounces_) device_->release(b);  // a peer may still map one: CUDA keeps it until it unmaps
   }
   const char* name() const override { return kName; }
   std::vector<uint8_t> address() const override { return {}; }
@@ -71,7 +84,8 @@ class IpcTransport final : public Transport {
     attach(peer, PageMapping::create(pageName(setup_.rank, peer)), 0);
   }
   void accept(int peer, const std::vector<uint8_t>&, std::chrono::steady_clock::time_point deadline) override {
-    attach(peer, PageMapping::open(pageName(peer, setup_.rank), setup_.peers[peer].name(), deadline), 1);
+    attach(peer, PageMapping::open(pageName(peer, setup_.rank), setup_.peers[peer].name(),
+                                   setup_.peers[peer].pid == getpid(), deadline), 1);
   }
 
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
@@ -119,7 +133,7 @@ class IpcTransport final : public Transport {
         if (p.out->consumed.v.load(std::memory_order_acquire) > p.published.front().index) return false;
         pending = true;
       }
-      copying |= !p.copying.empty();
+      copying |= !p.copying.empty() || (!p.queued.empty() && p.queued.front().bounce != nullptr);
       if ((pending || copying) && setup_.peers[r].pid != getpid() && ::kill(setup_.peers[r].pid, 0) != 0 &&
           errno == ESRCH) {
         deadPeer_ = r;
@@ -143,6 +157,10 @@ class IpcTransport final : public Transport {
     OpTag tag;
     Request* req;
     uint64_t index;  // in the ring, once published
+    // A buffer that cannot be exported goes from a device bounce buffer of ours (copied there first).
+    uint8_t* bounce = nullptr;
+    int sizeClass = -1;
+    uint64_t ticket = 0;  // of the copy to the bounce buffer
   };
   struct Opened {
     void* base;
@@ -194,8 +212,9 @@ class IpcTransport final : public Transport {
         p.finishedSeen = p.out->consumed.v.load(std::memory_order_acquire);
         if (p.next - p.finishedSeen >= kEntries) return;
       }
-      Send s = p.queued.front();
+      Send& s = p.queued.front();
       Entry& e = p.out->ring[p.next % kEntries];
+      if (s.len > 0 && !exportInto(s, e)) return;  // its bounce copy is still running
       e.seq = s.tag.seq;
       e.count = s.tag.count;
       e.root = s.tag.root;
@@ -203,12 +222,42 @@ class IpcTransport final : public Transport {
       e.dtype = s.tag.dtype;
       e.redop = s.tag.redop;
       e.len = s.len;
-      e.offset = s.len == 0 ? 0 : device_->ipcExport(s.buf, e.handle);
       s.index = p.next;
       e.ready.store(++p.next, std::memory_order_release);
-      p.queued.pop_front();
       p.published.push_back(s);
+      p.queued.pop_front();
     }
+  }
+
+  // Fills e's handle and offset for s's bytes; false while they are still being copied to a bounce buffer. Memory
+  // the runtime cannot export (CUDA: cudaMallocAsync pools, cuMemCreate) is first copied, device to device, into a
+  // bounce buffer of ours (device scratch, which can be), pooled by power-of-two size class.
+  bool exportInto(Send& s, Entry& e) {
+    if (s.bounce == nullptr) {
+      try {
+        e.offset = device_->ipcExport(s.buf, e.handle);
+        return true;
+      } catch (const Error& err) {
+        if (!warnedBounce_)
+          CHORUS_INFO(kNet, "{}: a buffer cannot be exported for IPC ({}); such buffers are copied to a device "
+                      "buffer that can be first", self().name(), err.what());
+        warnedBounce_ = true;
+      }
+      s.sizeClass = s.len <= 4096 ? 0 : static_cast<int>(std::bit_width(s.len - 1)) - 12;
+      if (bounceFree_.size() <= static_cast<size_t>(s.sizeClass)) bounceFree_.resize(s.sizeClass + 1);
+      auto& free = bounceFree_[s.sizeClass];
+      if (free.empty()) {
+        s.bounce = static_cast<uint8_t*>(device_->allocate(size_t(4096) << s.sizeClass));
+        bounces_.push_back(s.bounce);
+      } else {
+        s.bounce = free.back();
+        free.pop_back();
+      }
+      s.ticket = device_->copyStart(s.bounce, s.buf, s.len);
+    }
+    if (!device_->copyDone(s.ticket)) return false;
+    e.offset = device_->ipcExport(s.bounce, e.handle);
+    return true;
   }
 
   bool completeSends(Peer& p) {
@@ -216,12 +265,18 @@ class IpcTransport final : public Transport {
     if (!p.published.empty()) {
       p.finishedSeen = p.out->consumed.v.load(std::memory_order_acquire);
       while (!p.published.empty() && p.published.front().index < p.finishedSeen) {
-        p.published.front().req->done = true;
+        Send& s = p.published.front();
+        if (s.bounce != nullptr) bounceFree_[s.sizeClass].push_back(s.bounce);
+        s.req->done = true;
         p.published.pop_front();
         moved = true;
       }
     }
-    if (!p.queued.empty() && moved) publish(p);
+    if (!p.queued.empty()) {
+      const uint64_t before = p.next;
+      publish(p);
+      moved |= p.next != before;
+    }
     return moved;
   }
 
@@ -313,6 +368,9 @@ class IpcTransport final : public Transport {
   std::map<Handle, Opened> opened_;
   std::pair<const Handle, Opened>* last_ = nullptr;  // the mapping used last: most messages reuse it
   uint64_t uses_ = 0;
+  std::vector<std::vector<uint8_t*>> bounceFree_;  // device bounce buffers by size class (exportInto)
+  std::vector<uint8_t*> bounces_;                  // all of them, released by the destructor
+  bool warnedBounce_ = false;
 };
 
 }  // namespace
