@@ -75,6 +75,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
 }
 
 Comm::~Comm() {
+  deviceIpc_.reset();  // its copies (of a failed operation) may still write to device scratch: they end first
   for (const DeviceScratch& s : deviceScratch_) s.device->release(s.p);
   for (Staged& s : staged_)  // the transports are closed by now
     if (s.bounce != nullptr) bounceFree_[s.sizeClass].push_back(s.bounce);
@@ -221,6 +222,7 @@ void Comm::connectDeviceRoutes(const std::vector<RankInfo>& ranks, Deadline dead
     if (deviceRoute_[p] != nullptr) deviceIpc_->connect(p, {}, deadline);
   for (int p = 0; p < rank(); ++p)
     if (deviceRoute_[p] != nullptr) deviceIpc_->accept(p, {}, deadline);
+  deviceIpc_->awaitPeers(deadline);  // a page's creator may not leave (and unlink it) before its peer has it
   if (std::any_of(deviceRoute_.begin(), deviceRoute_.end(), [](auto* t) { return t != nullptr; })) {
     inUse_.push_back(deviceIpc_.get());
     CHORUS_INFO(kInit, "{}: device calls reach the peers of this host over {} IPC", name(), space_.name());

@@ -21,6 +21,7 @@
 #include "lib/base/error.h"
 #include "lib/comm/executor.h"
 #include "lib/base/socket.h"
+#include "transports/ipc/ipc_transport.h"
 #include "transports/registry.h"
 
 namespace chorus {
@@ -132,7 +133,7 @@ class Comm : public algo::Context {
   std::vector<const transport::Descriptor*> descriptors_;         // of each of transports_
   std::vector<transport::Transport*> inUse_;  // those that serve at least one peer
   std::vector<transport::Transport*> route_;  // per peer
-  std::unique_ptr<transport::Transport> deviceIpc_;  // device to device within a host, where offered
+  std::unique_ptr<transport::ipc::DeviceTransport> deviceIpc_;  // device to device within a host, where offered
   std::vector<transport::Transport*> deviceRoute_;  // per peer: deviceIpc_ or nullptr
   bool deviceCall_ = false;  // the call the algorithms run now is on device memory
   std::vector<int> hostOf_;

@@ -49,6 +49,7 @@ std::mutex gMu;
 struct Exported {
   uint64_t bufferId;
   cudaIpcMemHandle_t handle;
+  bool exportable;  // false: cudaIpcGetMemHandle refused it (asked once per allocation)
 };
 std::map<uint64_t, Exported> gExported;  // by allocation start
 struct Mapped {
@@ -87,12 +88,14 @@ int ipcExport(int device, const void* p, uint8_t* out, size_t* offset) {
       cudaError_t e = on.error();
       cudaIpcMemHandle_t h{};
       if (e == cudaSuccess) e = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(start));
+      if (e != cudaSuccess) cudaGetLastError();  // handled here: not the application's error to find later
+      it = gExported.insert_or_assign(start, Exported{bufferId, h, e == cudaSuccess}).first;
       if (e != cudaSuccess)
-        return failed(e, fmt::format("cuda:{}: cudaIpcGetMemHandle of the allocation holding {} (memory from "
-                                     "cudaMallocAsync pools or cuMemCreate cannot be exported: CHORUS_DEVICE_IPC=0 "
-                                     "sends it through host memory)", device, p));
-      it = gExported.insert_or_assign(start, Exported{bufferId, h}).first;
+        return failed(e, fmt::format("cuda:{}: cudaIpcGetMemHandle of the allocation holding {}", device, p));
     }
+    if (!it->second.exportable)
+      return refuse(fmt::format("cuda:{}: the allocation holding {} cannot be exported (cudaIpcGetMemHandle refused "
+                                "it: memory of cudaMallocAsync pools or cuMemCreate)", device, p));
     b.handle = it->second.handle;
   }
   std::memset(out, 0, CHORUS_IPC_HANDLE_BYTES);
@@ -116,9 +119,11 @@ int ipcOpen(int device, const uint8_t* handle, void** base) {
     cudaError_t e = on.error();
     void* p = nullptr;
     if (e == cudaSuccess) e = cudaIpcOpenMemHandle(&p, b.handle, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+      cudaGetLastError();
       return failed(e, fmt::format("cuda:{}: cudaIpcOpenMemHandle of memory of pid {} on cuda:{}", device, b.pid,
                                    b.device));
+    }
     it = gMapped.emplace(key, Mapped{p, 0}).first;
   }
   ++it->second.refs;

@@ -1,6 +1,7 @@
 #include "transports/ipc/ipc_page.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,8 +58,26 @@ std::shared_ptr<PageMapping> PageMapping::create(const std::string& name) {
   return m;
 }
 
-std::shared_ptr<PageMapping> PageMapping::open(const std::string& name, const std::string& peer, bool sameProcess,
+namespace {
+// Throws when the deadline passed or process pid is gone (not when it is this process).
+void stillWaiting(const std::string& peer, int pid, const std::string& what,
+                  std::chrono::steady_clock::time_point deadline) {
+  if (pid != getpid() && ::kill(pid, 0) != 0 && errno == ESRCH)
+    fail(chorusRemoteError, "{} died before {} (its process is gone)", peer, what);
+  if (std::chrono::steady_clock::now() > deadline)
+    fail(chorusTimeout, "{} did not {} before the deadline (CHORUS_INIT_TIMEOUT)", peer, what);
+  std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+}  // namespace
+
+void PageMapping::awaitAttached(const std::string& peer, int pid, std::chrono::steady_clock::time_point deadline) const {
+  while (page_->attached.v.load(std::memory_order_acquire) == 0)
+    stillWaiting(peer, pid, fmt::format("attach to the device IPC page {}", name_), deadline);
+}
+
+std::shared_ptr<PageMapping> PageMapping::open(const std::string& name, const std::string& peer, int pid,
                                                std::chrono::steady_clock::time_point deadline) {
+  const bool sameProcess = pid == getpid();
   std::shared_ptr<PageMapping> m;
   for (;;) {
     {
@@ -79,13 +98,11 @@ std::shared_ptr<PageMapping> PageMapping::open(const std::string& name, const st
       }
     }
     if (m != nullptr && m->page_->magic.v.load(std::memory_order_acquire) == kPageMagic) break;
-    if (std::chrono::steady_clock::now() > deadline)
-      fail(chorusSystemError, "{} did not create its device IPC page {} before the deadline (CHORUS_INIT_TIMEOUT)",
-           peer, name);
     m.reset();
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    stillWaiting(peer, pid, fmt::format("create its device IPC page {}", name), deadline);
   }
   ::shm_unlink(name.c_str());  // both ends have it now
+  m->page_->attached.v.store(1, std::memory_order_release);
   return m;
 }
 

@@ -40,6 +40,7 @@ struct Direction {
 // Side 0 is the lower rank of the pair (it creates the page), side 1 the higher.
 struct Page {
   Counter magic;
+  Counter attached;  // 1 once the higher rank has mapped it (the creator may not leave before: it unlinks it)
   Direction dir[2];  // dir[s]: side s sends
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
@@ -50,10 +51,12 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics
 class PageMapping {
  public:
   static std::shared_ptr<PageMapping> create(const std::string& name);  // zero-filled; throws chorus::Error
-  // Waits for the creator (`peer`; in this process when sameProcess) until the deadline; throws chorus::Error naming
-  // it when it does not come.
-  static std::shared_ptr<PageMapping> open(const std::string& name, const std::string& peer, bool sameProcess,
+  // Waits for the creator (`peer`, process `pid`) until the deadline, then says it is attached; throws
+  // chorus::Error naming the peer when it does not come, or its process is gone.
+  static std::shared_ptr<PageMapping> open(const std::string& name, const std::string& peer, int pid,
                                            std::chrono::steady_clock::time_point deadline);
+  // The creator's side: waits until the peer has attached (open), as open does.
+  void awaitAttached(const std::string& peer, int pid, std::chrono::steady_clock::time_point deadline) const;
   ~PageMapping();
   Page* get() const { return page_; }
   const std::string& name() const { return name_; }

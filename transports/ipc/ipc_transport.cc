@@ -48,7 +48,7 @@ namespace {
 constexpr size_t kMaxOpened = 128;
 using Handle = std::array<uint8_t, mem::kIpcHandleBytes>;
 
-class IpcTransport final : public Transport {
+class IpcTransport final : public DeviceTransport {
  public:
   IpcTransport(const Setup& setup, mem::Device* device, bool reduceOnReceive)
       : setup_(setup), device_(device), peers_(setup.nranks), reduceOnReceive_(reduceOnReceive && device->hasReduceStart()) {
@@ -84,8 +84,12 @@ class IpcTransport final : public Transport {
     attach(peer, PageMapping::create(pageName(setup_.rank, peer)), 0);
   }
   void accept(int peer, const std::vector<uint8_t>&, std::chrono::steady_clock::time_point deadline) override {
-    attach(peer, PageMapping::open(pageName(peer, setup_.rank), setup_.peers[peer].name(),
-                                   setup_.peers[peer].pid == getpid(), deadline), 1);
+    attach(peer, PageMapping::open(pageName(peer, setup_.rank), setup_.peers[peer].name(), setup_.peers[peer].pid,
+                                   deadline), 1);
+  }
+  void awaitPeers(std::chrono::steady_clock::time_point deadline) override {
+    for (int r : connected_)
+      if (r > setup_.rank) peers_[r].page->awaitAttached(setup_.peers[r].name(), setup_.peers[r].pid, deadline);
   }
 
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
@@ -134,8 +138,7 @@ class IpcTransport final : public Transport {
         pending = true;
       }
       copying |= !p.copying.empty() || (!p.queued.empty() && p.queued.front().bounce != nullptr);
-      if ((pending || copying) && setup_.peers[r].pid != getpid() && ::kill(setup_.peers[r].pid, 0) != 0 &&
-          errno == ESRCH) {
+      if ((pending || copying) && p.watchable && ::kill(setup_.peers[r].pid, 0) != 0 && errno == ESRCH) {
         deadPeer_ = r;
         return false;
       }
@@ -188,6 +191,7 @@ class IpcTransport final : public Transport {
     std::deque<Send> queued, published;
     uint64_t taken = 0, finished = 0;  // entries of in started, and finished (consumed)
     std::deque<Recv> waiting, copying;
+    bool watchable = false;  // its pid is another process's that this one can see (not another pid namespace's)
   };
 
   const PeerInfo& self() const { return setup_.peers[setup_.rank]; }
@@ -202,6 +206,8 @@ class IpcTransport final : public Transport {
     p.out = &page->get()->dir[side];
     p.in = &page->get()->dir[1 - side];
     p.page = std::move(page);
+    const int pid = setup_.peers[peer].pid;
+    p.watchable = pid != getpid() && (::kill(pid, 0) == 0 || errno == EPERM);
     connected_.push_back(peer);
   }
 
@@ -375,7 +381,7 @@ class IpcTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> create(const Setup& setup, mem::Device* device, bool reduceOnReceive) {
+std::unique_ptr<DeviceTransport> create(const Setup& setup, mem::Device* device, bool reduceOnReceive) {
   return std::make_unique<IpcTransport>(setup, device, reduceOnReceive);
 }
 

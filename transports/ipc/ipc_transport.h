@@ -13,9 +13,16 @@ namespace chorus::transport::ipc {
 
 constexpr const char* kName = "ipc";  // how the bootstrap names what a rank offers
 
-// One per communicator, for the device's memory; serves every peer it is connected to. `setup` outlives it.
-// reduceOnReceive: irecvReduce runs the device's reduction reading the peer's buffer (where it has reduceStart);
-// otherwise it posts nothing and the algorithm receives into scratch and reduces after.
-std::unique_ptr<Transport> create(const Setup& setup, mem::Device* device, bool reduceOnReceive);
+// One per communicator, for the device's memory; serves every peer it is connected to. Setup: connect (the lower
+// rank of a pair: creates their page, never waits) to all higher peers, accept (waits for the page) from all lower
+// ones, then awaitPeers (until the higher peers have attached).
+class DeviceTransport : public Transport {
+ public:
+  virtual void awaitPeers(std::chrono::steady_clock::time_point deadline) = 0;
+};
+
+// `setup` outlives it. reduceOnReceive: irecvReduce runs the device's reduction reading the peer's buffer (where it
+// has reduceStart); otherwise it posts nothing and the algorithm receives into scratch and reduces after.
+std::unique_ptr<DeviceTransport> create(const Setup& setup, mem::Device* device, bool reduceOnReceive);
 
 }  // namespace chorus::transport::ipc
