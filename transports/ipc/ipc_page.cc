@@ -70,7 +70,8 @@ void stillWaiting(const std::string& peer, int pid, const std::string& what,
 }
 }  // namespace
 
-void PageMapping::awaitAttached(const std::string& peer, int pid, std::chrono::steady_clock::time_point deadline) const {
+void PageMapping::awaitAttached(const std::string& peer, int pid,
+                                std::chrono::steady_clock::time_point deadline) const {
   while (page_->attached.v.load(std::memory_order_acquire) == 0)
     stillWaiting(peer, pid, fmt::format("attach to the device IPC page {}", name_), deadline);
 }

@@ -23,20 +23,23 @@
 namespace chorus::transport::ipc {
 
 // Note [Device IPC]
-// A pair of ranks of one host shares a page of host memory (ipc_page.h) with a ring of descriptors per direction.
-// A send exports the allocation that holds its buffer (mem::Device::ipcExport: cudaIpcGetMemHandle for CUDA) and
-// publishes a descriptor: the message's tag and length, the handle and the offset. The receiver, in order, checks
-// the tag (Note [Message tags]), maps the allocation once (ipcOpen: cudaIpcOpenMemHandle, or the pointer itself
-// between threads of one process, which CUDA cannot open its own handles for) and starts the device's copy from
-// the sender's buffer straight into its destination (copyStart: the copy engine); a receive that reduces starts
-// the reduce kernel reading the peer's buffer directly (reduceStart: dst = src op peer), saving the copy to scratch
-// and its second pass. Once that copy or kernel has finished it counts the descriptor consumed, which completes the
-// sender's request: its buffer is free again. So every byte crosses once, device to device, and the host only
-// moves descriptors. Copies finish in order, so descriptors are consumed in order and each side's counters are
-// single-writer. Mapped allocations are cached by their handle's bytes (an allocation freed and made again has new
-// ones), at most kMaxOpened, least recently used closed first. A buffer the runtime cannot export (CUDA: memory of
-// cudaMallocAsync pools or cuMemCreate) is copied device to device into a pooled bounce buffer of ours first, and
-// that is published instead: one more pass over device memory, at the device's copy rate.
+// A pair of ranks of one host shares a page of host memory (ipc_page.h) with a ring of descriptors per direction. A
+// send exports the allocation that holds its buffer (mem::Device::ipcExport: cudaIpcGetMemHandle for CUDA) and
+// publishes a descriptor: the message's tag and length, the handle and the offset. The receiver, in order, checks the
+// tag (Note [Message tags]), maps the allocation once (ipcOpen: cudaIpcOpenMemHandle, or the pointer itself between
+// threads of one process, which CUDA cannot open its own handles for) and starts the device's copy from the sender's
+// buffer straight into its destination (copyStart: the copy engine); a receive that reduces starts the reduce kernel
+// reading the peer's buffer directly (reduceStart: dst = src op peer), saving the copy to scratch and its second
+// pass. Once that copy or kernel has finished it counts the descriptor consumed, which completes the sender's
+// request: its buffer is free again. So every byte crosses once, device to device, and the host only moves
+// descriptors. (NCCL stages through a FIFO in device memory because its kernels, running for the whole operation,
+// cannot wait for the host to map user buffers; here the host drives every step, so a FIFO would only add a second
+// device pass per byte, and a new buffer costs one mapping, cached.) Copies finish in order, so descriptors are
+// consumed in order and each side's counters are single-writer. Mapped allocations are cached by their handle's bytes
+// (an allocation freed and made again has new ones), at most kMaxOpened, least recently used closed first. A buffer
+// the runtime cannot export (CUDA: memory of cudaMallocAsync pools or cuMemCreate) is copied device to device into a
+// pooled bounce buffer of ours first, and that is published instead: one more pass over device memory, at the
+// device's copy rate.
 //
 // Waiting: a device copy ends without waking anyone and a peer's descriptor comes without a signal, so before a
 // waiter sleeps, armWake arms a timer (50 us while a copy runs here, 1 ms otherwise) that waitFd() reports. A waiter
@@ -51,7 +54,10 @@ using Handle = std::array<uint8_t, mem::kIpcHandleBytes>;
 class IpcTransport final : public DeviceTransport {
  public:
   IpcTransport(const Setup& setup, mem::Device* device, bool reduceOnReceive)
-      : setup_(setup), device_(device), peers_(setup.nranks), reduceOnReceive_(reduceOnReceive && device->hasReduceStart()) {
+      : setup_(setup),
+        device_(device),
+        peers_(setup.nranks),
+        reduceOnReceive_(reduceOnReceive && device->hasReduceStart()) {
     timer_ = Fd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
     if (!timer_) failErrno("timerfd_create");
   }
@@ -348,7 +354,8 @@ class IpcTransport final : public DeviceTransport {
   void evict() {
     auto victim = opened_.end();
     for (auto it = opened_.begin(); it != opened_.end(); ++it)
-      if (it->second.users == 0 && (victim == opened_.end() || it->second.lastUse < victim->second.lastUse)) victim = it;
+      if (it->second.users == 0 && (victim == opened_.end() || it->second.lastUse < victim->second.lastUse))
+        victim = it;
     if (victim == opened_.end()) return;  // all in use: the cache grows past its bound for a while
     if (last_ == &*victim) last_ = nullptr;
     device_->ipcClose(victim->first.data(), victim->second.base);
