@@ -23,6 +23,7 @@ LAYERS = {
     # the communicator.
     "ddp/": FOUNDATIONS + ["lib/api/api_guard.h"],
     "ddp/trainer/": ["include/chorus/"],
+    "ddp/torch/": ["include/chorus/"],  # the torch.distributed backend: a client of the C API
     "bench/": ["include/chorus/", "lib/kernels/"],
     "scripts/": None,  # tools and tests may include anything
     "test/": None,

@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config g++ libgtest-dev libgmock-dev libbenchmark-dev libspdlog-dev libfmt-dev
       libucx-dev ucx-utils  # the UCX transport plugin
-      iproute2 iptables libnetfilter-queue-dev)  # the last three: scripts/netns-cluster (simulated hosts)
+      iproute2 iptables libnetfilter-queue-dev  # scripts/netns-cluster (simulated hosts)
+      libtorch-dev pybind11-dev python3-torch python3-pytest)  # chorus_torch, the torch.distributed backend
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

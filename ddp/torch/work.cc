@@ -1,0 +1,79 @@
+#include "ddp/torch/work.h"
+
+#include <ATen/core/ivalue.h>
+
+#include <exception>
+#include <stdexcept>
+
+namespace chorus::torchpg {
+
+ChorusWork::ChorusWork(int rank, c10d::OpType type, chorusComm_t comm, chorusStream_t stream, std::string call,
+                       std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> after)
+    : Work(rank, type),
+      comm_(comm),
+      stream_(stream),
+      call_(std::move(call)),
+      outputs_(std::move(outputs)),
+      keep_(std::move(keep)),
+      after_(std::move(after)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+ChorusWork::~ChorusWork() {
+  if (stream_ != nullptr) chorusStreamDestroy(stream_);
+}
+
+void ChorusWork::complete() {
+  const chorusResult_t rc = chorusStreamSynchronize(stream_);
+  std::exception_ptr error;
+  if (rc != chorusSuccess) {
+    error = std::make_exception_ptr(std::runtime_error("chorus: " + call_ + " failed: " + chorusGetErrorString(rc) +
+                                                       ": " + chorusGetLastError(comm_)));
+  } else {
+    try {
+      if (after_) after_();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  chorusStreamDestroy(stream_);
+  stream_ = nullptr;
+  keep_.clear();
+  finish(error);
+  if (error) future_->setError(error);
+  else future_->markCompleted(c10::IValue(outputs_));
+}
+
+Completer::Completer() : thread_([this] { run(); }) {}
+
+Completer::~Completer() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Completer::push(c10::intrusive_ptr<ChorusWork> w) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    queue_.push_back(std::move(w));
+  }
+  cv_.notify_one();
+}
+
+void Completer::run() {
+  std::unique_lock<std::mutex> g(mu_);
+  for (;;) {
+    cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;
+    c10::intrusive_ptr<ChorusWork> w = std::move(queue_.front());
+    queue_.pop_front();
+    g.unlock();
+    w->complete();
+    w.reset();
+    g.lock();
+  }
+}
+
+}  // namespace chorus::torchpg

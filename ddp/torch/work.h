@@ -1,0 +1,56 @@
+// A torch Work for an operation issued on a Chorus stream of its own, and the thread that completes them: it waits
+// for each stream in issue order, copies results back where torch's tensors were not contiguous, and finishes the
+// Work and its Future (DDP waits on getFuture()), with Chorus's error text when the operation failed.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+namespace chorus::torchpg {
+
+class ChorusWork final : public c10d::Work {
+ public:
+  // `outputs`: what result() and the future hold; `keep`: tensors the operation reads or writes until it is done;
+  // `after`: run once it succeeded (copies back into non-contiguous outputs).
+  ChorusWork(int rank, c10d::OpType type, chorusComm_t comm, chorusStream_t stream, std::string call,
+             std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> after);
+  ~ChorusWork() override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // On the completer's thread: waits for the stream, then finishes.
+  void complete();
+
+ private:
+  chorusComm_t comm_;
+  chorusStream_t stream_;
+  std::string call_;
+  std::vector<at::Tensor> outputs_, keep_;
+  std::function<void()> after_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class Completer {
+ public:
+  Completer();
+  ~Completer();  // completes what is queued first
+  void push(c10::intrusive_ptr<ChorusWork> w);
+
+ private:
+  void run();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<ChorusWork>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace chorus::torchpg

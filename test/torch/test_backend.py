@@ -1,0 +1,262 @@
+"""torch.distributed over "chorus" (ddp/torch), checked against "gloo" on the same inputs in the same processes.
+
+Each case spawns 2 or 4 processes (file:// init); every rank makes a "chorus" default group and a "gloo" group,
+runs the operation on both with the same inputs, and compares: exactly for integers, within float tolerance
+otherwise. Inputs are a function of (rank, element), so each rank also knows every other rank's input.
+Run with Debian's python3 and PYTHONPATH=<build>/ddp/torch.
+"""
+import os
+import tempfile
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import chorus_torch  # noqa: F401  (registers the backend)
+
+DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+          torch.float64, torch.bool]
+OPS = {"SUM": dist.ReduceOp.SUM, "PRODUCT": dist.ReduceOp.PRODUCT, "MIN": dist.ReduceOp.MIN,
+       "MAX": dist.ReduceOp.MAX, "AVG": dist.ReduceOp.AVG}
+COUNTS = [1, 7, 1031]
+
+
+def inputs(rank, n, dtype, op="SUM"):
+    """Deterministic per (rank, element); small enough that PRODUCT over 4 ranks stays exact in every type."""
+    i = torch.arange(n, dtype=torch.int64)
+    if dtype == torch.bool:
+        return ((i + rank) % 3 != 0)
+    if op == "PRODUCT":
+        v = 1 + (i + rank) % 2
+    else:
+        v = (i * 7 + rank * 3) % 11 - (0 if dtype == torch.uint8 else 5)
+    return v.to(dtype)
+
+
+def close(a, b, dtype):
+    if dtype.is_floating_point:
+        tol = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5
+        return torch.allclose(a.double(), b.double(), rtol=tol, atol=tol)
+    return torch.equal(a, b)
+
+
+def gloo_can(dtype, op):
+    # gloo in torch 1.13 takes no bfloat16 and no bool; AVG is not one of its ops.
+    return dtype not in (torch.bfloat16, torch.bool) and op != "AVG"
+
+
+def reference(n, world, dtype, op):
+    """The reduction of every rank's input, computed here in float64/int64."""
+    xs = [inputs(r, n, dtype, op) for r in range(world)]
+    if dtype == torch.bool:
+        stacked = torch.stack(xs)
+        return stacked.any(0) if op in ("SUM", "MAX") else stacked.all(0)
+    wide = torch.stack([x.double() if dtype.is_floating_point else x.long() for x in xs])
+    out = {"SUM": lambda w: w.sum(0), "PRODUCT": lambda w: w.prod(0), "MIN": lambda w: w.min(0).values,
+           "MAX": lambda w: w.max(0).values, "AVG": lambda w: w.sum(0) / world}[op](wide)
+    return out.to(dtype)
+
+
+def _entry(rank, world, path, case, errors):
+    try:
+        dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
+        gloo = dist.new_group(backend="gloo")
+        case(rank, world, gloo)
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception:
+        errors.put(f"rank {rank}: {traceback.format_exc()}")
+
+
+def spawn(world, case):
+    os.environ.setdefault("CHORUS_SOCKET_IFNAME", "=lo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    ctx = mp.get_context("fork")  # the parent has no communicator and no torch threads yet; spawn re-imports torch
+    errors = ctx.SimpleQueue()
+    with tempfile.TemporaryDirectory() as d:
+        procs = [ctx.Process(target=_entry, args=(r, world, os.path.join(d, "init"), case, errors))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(300)
+            if p.is_alive():
+                p.kill()
+                errors.put(f"pid {p.pid} did not finish in 300 s")
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert not found, "\n".join(found)
+
+
+# ---- the cases (module level: spawned processes import them) ----
+
+def case_allreduce(rank, world, gloo):
+    for dtype in DTYPES:
+        for name, op in OPS.items():
+            if name == "AVG" and not dtype.is_floating_point:
+                continue
+            for n in COUNTS:
+                for contiguous in (True, False):
+                    x = inputs(rank, n, dtype, name)
+                    t = x.clone() if contiguous else torch.stack([x, x], 1)[:, 0]
+                    assert n == 1 or t.is_contiguous() == contiguous  # one element is contiguous anyway
+                    work = dist.all_reduce(t, op=op, async_op=True)
+                    work.wait()
+                    want = reference(n, world, dtype, name)
+                    assert close(t, want, dtype), f"all_reduce {dtype} {name} n={n}: {t[:8]} vs {want[:8]}"
+                    if gloo_can(dtype, name):
+                        g = x.clone()
+                        dist.all_reduce(g, op=op, group=gloo)
+                        assert close(t, g, dtype), f"all_reduce {dtype} {name} n={n}: chorus {t[:8]}, gloo {g[:8]}"
+
+
+def case_movement(rank, world, gloo):
+    for dtype in DTYPES:
+        for n in COUNTS:
+            x = inputs(rank, n, dtype)
+            # broadcast from every root
+            for root in range(world):
+                t = x.clone()
+                dist.broadcast(t, src=root)
+                assert torch.equal(t, inputs(root, n, dtype)), f"broadcast {dtype} n={n} root {root}"
+            # all_gather (list and base), against gloo
+            outs = [torch.empty_like(x) for _ in range(world)]
+            dist.all_gather(outs, x)
+            for r in range(world):
+                assert torch.equal(outs[r], inputs(r, n, dtype)), f"all_gather {dtype} n={n} from {r}"
+            flat = torch.empty(world * n, dtype=dtype)
+            dist._all_gather_base(flat, x)
+            assert torch.equal(flat, torch.cat([inputs(r, n, dtype) for r in range(world)])), "_all_gather_base"
+            if gloo_can(dtype, "SUM"):
+                g = [torch.empty_like(x) for _ in range(world)]
+                dist.all_gather(g, x, group=gloo)
+                assert all(torch.equal(a, b) for a, b in zip(outs, g)), "all_gather differs from gloo"
+            # gather and scatter to and from rank world-1
+            root = world - 1
+            got = [torch.empty_like(x) for _ in range(world)] if rank == root else None
+            dist.gather(x, gather_list=got, dst=root)
+            if rank == root:
+                assert all(torch.equal(got[r], inputs(r, n, dtype)) for r in range(world)), "gather"
+            out = torch.empty_like(x)
+            dist.scatter(out, scatter_list=[inputs(r + 10, n, dtype) for r in range(world)] if rank == root else None,
+                         src=root)
+            assert torch.equal(out, inputs(rank + 10, n, dtype)), "scatter"
+            # all_to_all: equal chunks, then uneven splits
+            send = torch.cat([inputs(rank * world + r, n, dtype) for r in range(world)])
+            recv = torch.empty_like(send)
+            dist.all_to_all_single(recv, send)
+            assert torch.equal(recv, torch.cat([inputs(r * world + rank, n, dtype) for r in range(world)])), \
+                "all_to_all_single"
+            ins = [inputs(rank * world + r, n + r, dtype) for r in range(world)]
+            outs = [torch.empty(n + rank, dtype=dtype) for _ in range(world)]
+            dist.all_to_all(outs, ins)
+            assert all(torch.equal(outs[r], inputs(r * world + rank, n + rank, dtype)) for r in range(world)), \
+                "all_to_all"
+            in_splits = [1 + r for r in range(world)]
+            out_splits = [1 + rank] * world
+            send = torch.cat([inputs(rank * world + r, 1 + r, dtype) for r in range(world)])
+            recv = torch.empty(sum(out_splits), dtype=dtype)
+            dist.all_to_all_single(recv, send, output_split_sizes=out_splits, input_split_sizes=in_splits)
+            assert torch.equal(recv, torch.cat([inputs(r * world + rank, 1 + rank, dtype) for r in range(world)])), \
+                "all_to_all_single with uneven splits"
+
+
+def case_reductions(rank, world, gloo):
+    for dtype in (torch.int32, torch.float32, torch.float16, torch.bfloat16, torch.int64):
+        for name, op in OPS.items():
+            if name == "AVG" and not dtype.is_floating_point:
+                continue
+            for n in COUNTS:
+                want = reference(n, world, dtype, name)
+                for root in range(world):
+                    t = inputs(rank, n, dtype, name)
+                    dist.reduce(t, dst=root, op=op)
+                    if rank == root:
+                        assert close(t, want, dtype), f"reduce {dtype} {name} n={n} root {root}"
+                    else:
+                        assert torch.equal(t, inputs(rank, n, dtype, name)), "reduce changed a non-root's tensor"
+                # reduce_scatter: rank r gets the reduction of everyone's chunk r
+                out = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter(out, [inputs(rank, n, dtype, name) for _ in range(world)], op=op)
+                assert close(out, want, dtype), f"reduce_scatter {dtype} {name} n={n}"
+                flat_out = torch.empty(n, dtype=dtype)
+                dist._reduce_scatter_base(flat_out, torch.cat([inputs(rank, n, dtype, name)] * world), op=op)
+                assert close(flat_out, want, dtype), f"_reduce_scatter_base {dtype} {name} n={n}"
+
+
+def case_p2p_and_errors(rank, world, gloo):
+    for n in COUNTS:
+        x = inputs(rank, n, torch.float32)
+        peer = (rank + 1) % world
+        prev = (rank - 1) % world
+        got = torch.empty(n)
+        reqs = [dist.isend(x, peer), dist.irecv(got, prev)]
+        for r in reqs:
+            r.wait()
+        assert torch.equal(got, inputs(prev, n, torch.float32)), "isend/irecv ring"
+    # a future that DDP-style code chains on
+    t = torch.ones(5) * (rank + 1)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    out = fut.then(lambda f: f.value()[0] * 2).wait()
+    assert torch.equal(out, torch.ones(5) * sum(range(1, world + 1)) * 2), "get_future().then"
+    # bad arguments raise before anything is sent, naming the problem
+    with pytest.raises(RuntimeError, match="BAND"):
+        dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND)
+    with pytest.raises(RuntimeError, match="complex|dtype"):
+        dist.all_reduce(torch.ones(3, dtype=torch.complex64))
+    dist.barrier()
+    # a subgroup of chorus beside the default group
+    sub = dist.new_group(ranks=list(range(world)), backend="chorus")
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t, group=sub)
+    assert torch.equal(t, torch.full((3,), float(sum(range(world))))), "new_group all_reduce"
+    dist.all_reduce_coalesced([torch.ones(2), torch.ones(3, dtype=torch.int64)])
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("case", [case_allreduce, case_movement, case_reductions, case_p2p_and_errors],
+                         ids=["allreduce", "movement", "reductions", "p2p_futures_errors_groups"])
+def test_against_gloo(world, case):
+    spawn(world, case)
+
+
+# ---- PyTorch's own DistributedDataParallel over "chorus" ----
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def _batch(world):
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(8 * world, 16, generator=g), torch.randn(8 * world, 4, generator=g)
+
+
+def _train(model, x, y, steps=3):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def case_ddp(rank, world, gloo):
+    x, y = _batch(world)
+    mine = slice(rank * 8, (rank + 1) * 8)
+    alone = _train(_model(), x, y)  # one process on the whole batch
+    results = {}
+    for name, group in (("chorus", None), ("gloo", gloo)):
+        ddp = torch.nn.parallel.DistributedDataParallel(_model(), process_group=group, bucket_cap_mb=0.001)
+        results[name] = _train(ddp, x[mine], y[mine])
+    for a, b, c in zip(results["chorus"], results["gloo"], alone):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7), "DDP over chorus differs from DDP over gloo"
+        assert torch.allclose(a, c, rtol=1e-5, atol=1e-6), "DDP over chorus differs from one process"
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_pytorch_ddp_trains_as_gloo_and_one_process(world):
+    spawn(world, case_ddp)
