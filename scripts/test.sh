@@ -36,7 +36,7 @@ else echo "meson install failed"; pkgconfig_ok=0; status=1; fi
 rm -rf "$stage"
 
 # Sanitizers: the in-process suites (threads as ranks) plus the kernels.
-build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dmicrobench=disabled \
+build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dmicrobench=disabled -Dtorch=disabled \
   || { echo "asan build failed"; exit 1; }
 # errors-ucx and transports (UCX in-process, after aborted transfers) run under ASan+UBSan without LeakSanitizer:
 # at exit LSan's own tracer crashes now and then (SIGSEGV in StopTheWorld: errors-ucx ~1 run in 12, transports once
@@ -51,18 +51,35 @@ if [ ${#noleak_suites[@]} -gt 0 ]; then
   ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C build-asan --print-errorlogs --num-processes 1 --logbase asan-noleak "${noleak_suites[@]}" || status=1
 fi
-build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dmicrobench=disabled \
+build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dmicrobench=disabled -Dtorch=disabled \
   || { echo "tsan build failed"; exit 1; }
 TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 smoke errors shm tree ddp ddp_train \
   memory_spaces smoke-tcp transports $(ucx_suites build-tsan smoke errors ddp) || status=1
-# device_ipc's 2-rank cases on their own (its 3- and 4-rank ones run in the other builds): the whole suite, over 200 s
-# under TSan, once ended in TSan's own "failed to allocate 0x1fd68c9536000 bytes" (ENOMEM remapping its shadow).
-TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 --logbase tsan-ipc device_ipc \
-  --test-args='--gtest_filter=*/0:DeviceIpcLimits.*:DeviceIpcErrors.*:DeviceIpcSwitch.*' || status=1
+# device_ipc's 2-rank cases on their own (its 3- and 4-rank ones run in the other builds). In CI (not reproduced
+# elsewhere) TSan's runtime has twice died in this suite remapping its own shadow ("ThreadSanitizer failed to allocate
+# 0x1fd... bytes", ENOMEM), with no report: such a run is tried again, up to three times, and if TSan itself fails
+# every time the suite counts as skipped, with that reason; a race report, or any other failure, fails.
+tsan_ipc_skip=()
+for try in 1 2 3; do
+  TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 --logbase tsan-ipc \
+    device_ipc --test-args='--gtest_filter=*/0:DeviceIpcLimits.*:DeviceIpcErrors.*:DeviceIpcSwitch.*' \
+    > build-tsan/tsan-ipc.out 2>&1 && { tsan_ipc=ok; break; }
+  tsan_ipc=failed
+  grep -q 'ThreadSanitizer failed to allocate' build-tsan/tsan-ipc.out &&
+    ! grep -q 'WARNING: ThreadSanitizer:' build-tsan/tsan-ipc.out || break
+  tsan_ipc=tsan-runtime
+  echo "device_ipc under TSan, try $try: TSan's runtime failed to allocate (no report); trying again"
+done
+cat build-tsan/tsan-ipc.out
+tsan_ipc_logs=(build-tsan/meson-logs/tsan-ipc.junit.xml)
+case $tsan_ipc in
+  failed) status=1 ;;
+  tsan-runtime) tsan_ipc_logs=() tsan_ipc_skip=(--skip "device_ipc under TSan: TSan's runtime failed to remap its shadow in 3 tries") ;;
+esac
 
 noleak=()
 [ ${#noleak_suites[@]} -gt 0 ] && noleak=(build-asan/meson-logs/asan-noleak.junit.xml)
-python3 scripts/test_summary.py --extra "pkgconfig=$pkgconfig_ok" build/meson-logs/testlog.junit.xml \
+python3 scripts/test_summary.py "${tsan_ipc_skip[@]}" --extra "pkgconfig=$pkgconfig_ok" build/meson-logs/testlog.junit.xml \
   build-asan/meson-logs/testlog.junit.xml "${noleak[@]}" build-tsan/meson-logs/testlog.junit.xml \
-  build-tsan/meson-logs/tsan-ipc.junit.xml
+  "${tsan_ipc_logs[@]}"
 exit $status

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Adds up meson's JUnit logs (gtest cases are reported one by one) and prints the closing line CI reads:
-"N passed, N failed, N skipped". --extra NAME=1|0 counts one more check done outside meson. A meson test that
+"N passed, N failed, N skipped". --extra NAME=1|0 counts one more check done outside meson; --skip REASON one more
+skipped check, printing the reason. A meson test that
 crashed or timed out (testlog.json, or NAME.json, beside the JUnit file says so) counts as one more failure, since its cases may
 be missing from the JUnit log; so does one that failed although none of its cases did (a sanitizer at exit)."""
 import json
@@ -10,7 +11,12 @@ import xml.etree.ElementTree as ET
 
 passed = failed = skipped = 0
 args = sys.argv[1:]
-while args and args[0] == "--extra":
+while args and args[0] in ("--extra", "--skip"):
+    if args[0] == "--skip":
+        skipped += 1
+        print(f"SKIPPED: {args[1]}")
+        args = args[2:]
+        continue
     name, ok = args[1].split("=")
     if ok == "1":
         passed += 1
