@@ -80,7 +80,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::run(c10d::OpType type, const 
     if (rc == chorusSuccess) rc = end;
   }
   if (rc != chorusSuccess) {
-    const std::string text = chorusGetLastError(comm_);
+    const std::string text = chorusGetLastError(nullptr);
     chorusStreamDestroy(stream);
     TORCH_CHECK(false, "chorus: ", call, " failed: ", chorusGetErrorString(rc), ": ", text);
   }

@@ -22,12 +22,19 @@ ChorusWork::~ChorusWork() {
   if (stream_ != nullptr) chorusStreamDestroy(stream_);
 }
 
-void ChorusWork::complete() {
+bool ChorusWork::wait(std::chrono::milliseconds timeout) {
+  complete();
+  return Work::wait(timeout);
+}
+
+void ChorusWork::complete() { std::call_once(once_, [this] { completeOnce(); }); }
+
+void ChorusWork::completeOnce() {
   const chorusResult_t rc = chorusStreamSynchronize(stream_);
   std::exception_ptr error;
   if (rc != chorusSuccess) {
     error = std::make_exception_ptr(std::runtime_error("chorus: " + call_ + " failed: " + chorusGetErrorString(rc) +
-                                                       ": " + chorusGetLastError(comm_)));
+                                                       ": " + chorusGetLastError(nullptr)));
   } else {
     try {
       if (after_) after_();

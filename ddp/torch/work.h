@@ -26,16 +26,20 @@ class ChorusWork final : public c10d::Work {
   ~ChorusWork() override;
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  // On the completer's thread: waits for the stream, then finishes.
+  // The thread that waits runs the completion itself (no hand-off to the completer's thread), once.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  // Waits for the stream, then finishes; runs once, on whichever of the completer and a waiter comes first.
   void complete();
 
  private:
+  void completeOnce();
   chorusComm_t comm_;
   chorusStream_t stream_;
   std::string call_;
   std::vector<at::Tensor> outputs_, keep_;
   std::function<void()> after_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::once_flag once_;
 };
 
 class Completer {

@@ -1,0 +1,84 @@
+"""Faults through torch.distributed over "chorus": a killed rank and mismatched calls raise, naming the ranks,
+within a bound; nobody hangs."""
+import os
+import signal
+import tempfile
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import chorus_torch  # noqa: F401  (registers the backend)
+
+DEATH_DELAY = 0.5  # s after the barrier
+
+
+def _killed(rank, world, path, out):
+    try:
+        dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
+        dist.barrier()
+        if rank == world - 1:
+            time.sleep(DEATH_DELAY)
+            os.kill(os.getpid(), signal.SIGKILL)
+        start = time.monotonic()
+        t = torch.ones(1 << 16)
+        try:
+            for _ in range(100000):  # until the peer's death reaches this rank
+                dist.all_reduce(t, async_op=True).wait()
+            out.put((rank, "no error", time.monotonic() - start))
+        except RuntimeError as e:
+            out.put((rank, str(e), time.monotonic() - start))
+    except Exception:
+        out.put((rank, "setup: " + traceback.format_exc(), -1))
+    os._exit(0)  # the communicator is broken; nothing to tear down cleanly
+
+
+def _mismatched(rank, world, path, out):
+    try:
+        dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(8 * (rank + 1)))
+            out.put((rank, "no error", time.monotonic() - start))
+        except RuntimeError as e:
+            out.put((rank, str(e), time.monotonic() - start))
+    except Exception:
+        out.put((rank, "setup: " + traceback.format_exc(), -1))
+    os._exit(0)
+
+
+def run(world, entry, expect):
+    os.environ.setdefault("CHORUS_SOCKET_IFNAME", "=lo")
+    ctx = mp.get_context("fork")
+    out = ctx.SimpleQueue()
+    with tempfile.TemporaryDirectory() as d:
+        procs = [ctx.Process(target=entry, args=(r, world, os.path.join(d, "init"), out)) for r in range(world)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+    got = {}
+    while not out.empty():
+        rank, text, seconds = out.get()
+        got[rank] = (text, seconds)
+    assert sorted(got) == list(range(expect)), f"ranks that answered: {sorted(got)} (expected {expect}): {got}"
+    return got
+
+
+def test_a_killed_rank_makes_every_survivor_raise_within_2_s_naming_it():
+    world = 3
+    got = run(world, _killed, world - 1)
+    for rank, (text, seconds) in got.items():
+        assert "rank 2" in text, f"rank {rank}: {text}"
+        assert seconds < DEATH_DELAY + 2.0, f"rank {rank} raised after {seconds:.2f} s: {text}"
+
+
+def test_mismatched_shapes_raise_naming_both_ranks():
+    got = run(2, _mismatched, 2)
+    for rank, (text, seconds) in got.items():
+        assert "mismatched" in text and "rank 0" in text and "rank 1" in text, f"rank {rank}: {text}"
+        assert seconds < 5, f"rank {rank} raised after {seconds:.2f} s"
