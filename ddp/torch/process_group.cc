@@ -84,7 +84,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::run(c10d::OpType type, const 
     chorusStreamDestroy(stream);
     TORCH_CHECK(false, "chorus: ", call, " failed: ", chorusGetErrorString(rc), ": ", text);
   }
-  auto work = c10::make_intrusive<ChorusWork>(getRank(), type, comm_, stream, call, std::move(outputs),
+  auto work = c10::make_intrusive<ChorusWork>(getRank(), type, stream, call, std::move(outputs),
                                               std::move(keep), std::move(after));
   completer_.push(work);
   return work;

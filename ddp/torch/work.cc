@@ -7,10 +7,9 @@
 
 namespace chorus::torchpg {
 
-ChorusWork::ChorusWork(int rank, c10d::OpType type, chorusComm_t comm, chorusStream_t stream, std::string call,
+ChorusWork::ChorusWork(int rank, c10d::OpType type, chorusStream_t stream, std::string call,
                        std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> after)
     : Work(rank, type),
-      comm_(comm),
       stream_(stream),
       call_(std::move(call)),
       outputs_(std::move(outputs)),

@@ -21,7 +21,7 @@ class ChorusWork final : public c10d::Work {
  public:
   // `outputs`: what result() and the future hold; `keep`: tensors the operation reads or writes until it is done;
   // `after`: run once it succeeded (copies back into non-contiguous outputs).
-  ChorusWork(int rank, c10d::OpType type, chorusComm_t comm, chorusStream_t stream, std::string call,
+  ChorusWork(int rank, c10d::OpType type, chorusStream_t stream, std::string call,
              std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> after);
   ~ChorusWork() override;
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -33,7 +33,6 @@ class ChorusWork final : public c10d::Work {
 
  private:
   void completeOnce();
-  chorusComm_t comm_;
   chorusStream_t stream_;
   std::string call_;
   std::vector<at::Tensor> outputs_, keep_;
