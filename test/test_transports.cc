@@ -3,7 +3,8 @@
 // without a crash while the communicator forms without them; with the UCX plugin absent the library still forms
 // over shm/tcp and forcing ucx fails naming why; libchorus.so needs no UCX library; as root, a communicator
 // of 2 simulated hosts x 2 ranks with shm inside a host and UCX across; and, driving transports directly, the
-// handshake with strangers on the ports, a peer that never connects, and UCX addresses that do not unpack.
+// handshake with strangers on the ports, a peer that never connects, a rank that blocks right after its setup,
+// and UCX addresses that do not unpack.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -11,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -183,11 +186,11 @@ TEST(Plugins, ForeignAndStaleFilesAreRefused) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("libchorus-junk.so could not be loaded"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("libchorus-noplugin.so is not a Chorus transport plugin (it exports no "
-                          "chorusTransportPlugin_v2) nor a memory plugin (no chorusMemoryPlugin_v3)"),
+                          "chorusTransportPlugin_v3) nor a memory plugin (no chorusMemoryPlugin_v3)"),
             std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("libchorus-future.so is a plugin of version 3; this libchorus speaks version 2"),
+  EXPECT_NE(r.output.find("libchorus-future.so is a plugin of version 4; this libchorus speaks version 3"),
             std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("libchorus-stale.so is a plugin of version 1; this libchorus speaks version 2"),
+  EXPECT_NE(r.output.find("libchorus-stale.so is a plugin of version 1; this libchorus speaks version 3"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("libchorus-badchunks.so (badchunks) is refused: its pipeline chunk steps are invalid: "
                           "step 1 has a chunk of 100 bytes (4 KiB..64 MiB allowed)"), std::string::npos) << r.output;
@@ -428,6 +431,43 @@ TEST(Handshake, AcceptTimesOutNamingThePeer) {
   std::string e = errorOf([&] { p->t[1]->accept(0, p->t[0]->address(), deadlineIn(0.5)); });
   EXPECT_NE(e.find("rank 0"), std::string::npos) << e;
   EXPECT_NE(e.find("did not connect"), std::string::npos) << e;
+}
+
+// A rank that blocks right after its setup (in the device IPC setup, the bootstrap, the caller's code) without
+// progressing its transports: its peer's accept() still completes, late as it may come, because settle() finished
+// what connect() left to this side. Before settle(), UCX over tcp left the peer to time out.
+TEST(Handshake, ARankThatBlocksAfterSettlingLeavesNothingToItsPeer) {
+  Watchdog wd(120);
+  EnvGuard env;
+  env.set("UCX_TLS", "tcp");
+  env.set("UCX_NET_DEVICES", "lo");
+  std::vector<std::string> kinds{"tcp"};
+  if (haveUcx()) kinds.push_back("ucx");
+  for (const std::string& kind : kinds) {
+    SCOPED_TRACE(kind);
+    std::unique_ptr<Pair> p = makePair(kind);
+    std::atomic<bool> accepted{false};
+    std::string err;
+    std::thread acceptor([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past connect()'s head start
+      try {
+        p->t[1]->accept(0, p->t[0]->address(), deadlineIn(10));
+      } catch (const Error& e) {
+        err = e.what();
+      }
+      accepted = true;
+    });
+    p->t[0]->connect(1, p->t[1]->address(), deadlineIn(10));
+    p->t[0]->settle(deadlineIn(10));
+    while (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // blocked: no progress
+    acceptor.join();
+    EXPECT_EQ(err, "");
+    if (err.empty()) {
+      EXPECT_TRUE(sendOne(*p, 100000));
+    }
+    p->t[0]->close(deadlineIn(2));
+    p->t[1]->close(deadlineIn(2));
+  }
 }
 
 // A UCX address that does not unpack, or a worker that cannot be reached: an error naming the rank, the

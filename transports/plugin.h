@@ -10,6 +10,7 @@
  * differs) is refused with both versions named, and the communicator forms without it; so is a table shorter
  * than this libchorus's (its symbol's size says so: built against another plugin.h). Any change to this file
  * bumps N. Version 2: the pipeline chunk became steps by size (traits.chunks), where version 1 had one chunk.
+ * Version 3: settle.
  *
  * Contract of every function: returns a chorusResult_t (0 on success); on failure the text of
  * lastError(transport) says why, naming the peer. Functions that the transport interface says never block
@@ -26,8 +27,8 @@
 extern "C" {
 #endif
 
-#define CHORUS_TRANSPORT_PLUGIN_VERSION 2
-#define CHORUS_TRANSPORT_PLUGIN_SYMBOL "chorusTransportPlugin_v2"
+#define CHORUS_TRANSPORT_PLUGIN_VERSION 3
+#define CHORUS_TRANSPORT_PLUGIN_SYMBOL "chorusTransportPlugin_v3"
 #define CHORUS_PLUGIN_MAX_CHUNK_STEPS 4
 
 typedef struct {
@@ -35,11 +36,11 @@ typedef struct {
   const char* type; /* "int", "bytes", "string", "enum" */
   const char* defaultValue;
   const char* description;
-} chorusPluginEnv_v2;
+} chorusPluginEnv_v3;
 
 typedef struct {
   size_t fromBytes, chunkBytes;
-} chorusPluginChunkStep_v2;
+} chorusPluginChunkStep_v3;
 
 typedef struct {
   double alphaUs, gbps;                           /* between ranks of one host, a core each */
@@ -49,70 +50,73 @@ typedef struct {
    * ranks there): nchunks (1..CHORUS_PLUGIN_MAX_CHUNK_STEPS) steps of ascending fromBytes, the first from 0, each
    * chunk 4 KiB..64 MiB; a size takes the chunk of the last step it reaches. */
   uint32_t nchunks;
-  chorusPluginChunkStep_v2 chunks[CHORUS_PLUGIN_MAX_CHUNK_STEPS];
-} chorusPluginTraits_v2;
+  chorusPluginChunkStep_v3 chunks[CHORUS_PLUGIN_MAX_CHUNK_STEPS];
+} chorusPluginTraits_v3;
 
 typedef struct {
   int rank, pid;
   const char* host;   /* hostname, for messages */
   const char* hostId; /* equal ids: the same host */
-} chorusPluginPeer_v2;
+} chorusPluginPeer_v3;
 
 typedef struct {
   int rank, nranks;
   uint64_t secret, commId;
   const char* socketIfname;
-  const chorusPluginPeer_v2* peers; /* nranks entries; filled before the first connect/accept, NULL before */
-} chorusPluginSetup_v2;
+  const chorusPluginPeer_v3* peers; /* nranks entries; filled before the first connect/accept, NULL before */
+} chorusPluginSetup_v3;
 
 typedef struct {
   uint64_t seq, count;
   int32_t root;
   uint8_t kind, dtype, redop, pad;
-} chorusPluginTag_v2;
+} chorusPluginTag_v3;
 
 /* The caller's completion flag: the transport sets done to 1; priv is the transport's. */
 typedef struct {
   unsigned char done;
   int priv;
-} chorusPluginRequest_v2;
+} chorusPluginRequest_v3;
 
 typedef struct {
   uint32_t version; /* CHORUS_TRANSPORT_PLUGIN_VERSION */
   const char* name; /* lower case, as CHORUS_TRANSPORTS names it */
   int preference;   /* default order among transports: lower first (shm 10, tcp 30) */
-  const chorusPluginEnv_v2* env;
+  const chorusPluginEnv_v3* env;
   size_t nenv;
-  chorusPluginTraits_v2 traits;
+  chorusPluginTraits_v3 traits;
   /* NULL or "" when usable in this process, else why not (static text). */
   const char* (*unavailable)(void);
   /* 1 when the transport's own settings say not to use it by default. */
   int (*disabledByEnv)(void);
   /* 1 when it can carry traffic between the two ranks. */
-  int (*canConnect)(const chorusPluginPeer_v2* a, const chorusPluginPeer_v2* b);
+  int (*canConnect)(const chorusPluginPeer_v3* a, const chorusPluginPeer_v3* b);
   /* setup stays valid (and its peers are filled in) for the transport's life. On failure *transport is NULL and
    * err (errLen bytes) holds why. */
-  int (*create)(const chorusPluginSetup_v2* setup, void** transport, char* err, size_t errLen);
+  int (*create)(const chorusPluginSetup_v3* setup, void** transport, char* err, size_t errLen);
   void (*destroy)(void* transport);
   const char* (*lastError)(void* transport);
   /* The address bytes stay valid until destroy. */
   int (*address)(void* transport, const uint8_t** bytes, size_t* len);
   int (*connect)(void* transport, int peer, const uint8_t* address, size_t len, int64_t deadlineNs);
   int (*accept)(void* transport, int peer, const uint8_t* address, size_t len, int64_t deadlineNs);
-  int (*isend)(void* transport, int peer, const void* buf, size_t len, const chorusPluginTag_v2* tag,
-               chorusPluginRequest_v2* req);
-  int (*irecv)(void* transport, int peer, void* buf, size_t len, const chorusPluginTag_v2* tag,
-               chorusPluginRequest_v2* req);
+  int (*isend)(void* transport, int peer, const void* buf, size_t len, const chorusPluginTag_v3* tag,
+               chorusPluginRequest_v3* req);
+  int (*irecv)(void* transport, int peer, void* buf, size_t len, const chorusPluginTag_v3* tag,
+               chorusPluginRequest_v3* req);
   /* *posted = 0 when it cannot reduce while receiving (nothing posted); NULL where it never can. */
   int (*irecvReduce)(void* transport, int peer, void* dst, const void* src, size_t len, int dtype, int op,
-                     const chorusPluginTag_v2* tag, chorusPluginRequest_v2* req, int* posted);
+                     const chorusPluginTag_v3* tag, chorusPluginRequest_v3* req, int* posted);
   int (*progress)(void* transport, int* moved);
   int (*waitFd)(void* transport);
   /* *maySleep = 0 when progress may have work already. */
   int (*armWake)(void* transport, int* maySleep);
   void (*sendAbort)(void* transport, int code, const char* text, int64_t deadlineNs);
   void (*close)(void* transport, int64_t deadlineNs);
-} chorusTransportPlugin_v2_t;
+  /* After the last connect/accept: returns once no handshake this side began needs its progress any more. NULL
+   * where none ever does. */
+  int (*settle)(void* transport, int64_t deadlineNs);
+} chorusTransportPlugin_v3_t;
 
 /* Note [Memory plugins]: a plugin may also (or instead) export chorusMemoryPlugin_v3, a device runtime's memory
  * (Note [Memory spaces] in lib/mem/space.h): which pointers are memory of its devices, and the data work the

@@ -60,6 +60,10 @@ class Transport {
   // giving up. A rank calls connect for all its higher peers before it accepts any lower one.
   virtual void connect(int peer, const std::vector<uint8_t>& address, std::chrono::steady_clock::time_point deadline) = 0;
   virtual void accept(int peer, const std::vector<uint8_t>& address, std::chrono::steady_clock::time_point deadline) = 0;
+  // Called once a rank has made all its connect() and accept() calls: returns when no handshake this side began
+  // still needs this side's progress, so the rank may then block elsewhere (another transport's setup, the
+  // bootstrap, the caller's own code) while its peers are still in accept(). Throws at the deadline naming the peer.
+  virtual void settle(std::chrono::steady_clock::time_point deadline) { (void)deadline; }
   // Queues len bytes tagged `tag` to peer. Never blocks; buf and *req stay valid until req->done.
   virtual void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) = 0;
   // Posts a receive of exactly len bytes tagged `tag` from peer. Never blocks; see Note [Message tags].

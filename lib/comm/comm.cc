@@ -187,8 +187,11 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
   };
   // Lower rank connects, higher accepts. Connecting first to every higher rank never blocks on the peer's
   // progress (the kernel completes TCP and unix-socket handshakes), so every rank can then accept in order.
+  // Then each transport settles what its connects left to this side's progress (UCX's wire-up): the device IPC
+  // setup that follows, or the caller, may block without progressing them while a peer is still in accept().
   for (int p = rank() + 1; p < nranks(); ++p) route_[p]->connect(p, addressOf(p), deadline);
   for (int p = 0; p < rank(); ++p) route_[p]->accept(p, addressOf(p), deadline);
+  for (transport::Transport* t : inUse_) t->settle(deadline);
 }
 
 // Note [Device routes]

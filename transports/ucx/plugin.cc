@@ -66,5 +66,5 @@ const PluginSpec kSpec{
 
 }  // namespace chorus::transport::ucx
 
-extern "C" CHORUS_PLUGIN_EXPORT const chorusTransportPlugin_v2_t chorusTransportPlugin_v2 =
+extern "C" CHORUS_PLUGIN_EXPORT const chorusTransportPlugin_v3_t chorusTransportPlugin_v3 =
     chorus::transport::exportPlugin(chorus::transport::ucx::kSpec);

@@ -21,8 +21,9 @@
 //  send a Hello. accept() waits for the peer's Hello; connect() waits for nothing, or ranks 0, 1, 2 deadlock
 //  (0 in connect(1) waits for 1 in connect(2), and 2 says nothing before its accept(0) returns). Over tcp a
 //  Hello leaves only after the sending worker answered the wire-up, so connect() progresses for a bounded head
-//  start and later progress() or accept() calls finish it. The higher rank's Hello is checked in progress(); it
-//  precedes that peer's data. All control messages (Hello, Bye, Abort) carry the handshake fields and are checked.
+//  start, later accept() calls may finish it, and settle() after the last accept() does (a rank that went on to
+//  block in the device IPC setup with its Hello still waiting left the peer's accept() to time out, in CI). The
+//  higher rank's Hello is checked in progress(); it precedes that peer's data. All control messages (Hello, Bye, Abort) carry the handshake fields and are checked.
 //
 //  Failure. By default (CHORUS_UCX_ERROR_MODE=none) endpoints are made without UCX's peer error handling: in
 //  UCX 1.13 mode PEER leaves tcp without its zero-copy rendezvous lanes (no rma_bw lane; the data is copied out
@@ -162,6 +163,23 @@ class UcxTransport final : public Transport {
       if (!moved) waitBriefly(deadline);
     }
     CHORUS_INFO(kNet, "{} accepted {} over ucx{}", self(), p.name, modeText(p));
+  }
+
+  // A Hello that connect()'s head start did not see leave waits on this worker's progress, so this rank must not
+  // block elsewhere before it left: its peer's accept() would wait for it until the init deadline.
+  void settle(Deadline deadline) override {
+    for (Peer* p : connected_) {
+      while (p->rank > setup_.rank && !p->helloSent) {
+        bool moved = step();
+        throwIfFailed();
+        if (p->failed())
+          fail(chorusRemoteError, "{}: {} died during the ucx handshake ({})", self(), p->name,
+               p->processGone ? "its process is gone" : ucs_status_string(p->epStatus));
+        if (Clock::now() >= deadline)
+          fail(chorusTimeout, "{}: {} did not take this rank's ucx hello before the init deadline", self(), p->name);
+        if (!moved) waitBriefly(deadline);
+      }
+    }
   }
 
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
