@@ -22,13 +22,15 @@ ChorusWork::~ChorusWork() {
 }
 
 bool ChorusWork::wait(std::chrono::milliseconds timeout) {
-  complete();
+  complete(nullptr);
   return Work::wait(timeout);
 }
 
-void ChorusWork::complete() { std::call_once(once_, [this] { completeOnce(); }); }
+void ChorusWork::complete(CallbackThreads* callbacks) {
+  std::call_once(once_, [this, callbacks] { completeOnce(callbacks); });
+}
 
-void ChorusWork::completeOnce() {
+void ChorusWork::completeOnce(CallbackThreads* callbacks) {
   const chorusResult_t rc = chorusStreamSynchronize(stream_);
   std::exception_ptr error;
   if (rc != chorusSuccess) {
@@ -45,8 +47,44 @@ void ChorusWork::completeOnce() {
   stream_ = nullptr;
   keep_.clear();
   finish(error);
-  if (error) future_->setError(error);
-  else future_->markCompleted(c10::IValue(outputs_));
+  auto mark = [future = future_, outputs = outputs_, error] {
+    if (error) future->setError(error);
+    else future->markCompleted(c10::IValue(outputs));
+  };
+  if (callbacks != nullptr) callbacks->post(std::move(mark));
+  else mark();
+}
+
+CallbackThreads::~CallbackThreads() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void CallbackThreads::post(std::function<void()> fn) {
+  std::lock_guard<std::mutex> g(mu_);
+  queue_.push_back(std::move(fn));
+  if (queue_.size() > idle_) threads_.emplace_back([this] { run(); });
+  else cv_.notify_one();
+}
+
+void CallbackThreads::run() {
+  std::unique_lock<std::mutex> g(mu_);
+  for (;;) {
+    ++idle_;
+    cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
+    --idle_;
+    if (queue_.empty()) return;
+    std::function<void()> fn = std::move(queue_.front());
+    queue_.pop_front();
+    g.unlock();
+    fn();
+    fn = nullptr;  // its captures go before the lock is taken again
+    g.lock();
+  }
 }
 
 Completer::Completer() : thread_([this] { run(); }) {}
@@ -76,7 +114,7 @@ void Completer::run() {
     c10::intrusive_ptr<ChorusWork> w = std::move(queue_.front());
     queue_.pop_front();
     g.unlock();
-    w->complete();
+    w->complete(&callbacks_);
     w.reset();
     g.lock();
   }

@@ -1,6 +1,7 @@
 // A torch Work for an operation issued on a Chorus stream of its own, and the thread that completes them: it waits
 // for each stream in issue order, copies results back where torch's tensors were not contiguous, and finishes the
-// Work and its Future (DDP waits on getFuture()), with Chorus's error text when the operation failed.
+// Work and its Future (DDP waits on getFuture()), with Chorus's error text when the operation failed. The Future's
+// callbacks run on threads of their own (CallbackThreads).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -17,6 +18,23 @@
 
 namespace chorus::torchpg {
 
+// Threads that run Futures' callbacks, one more whenever all are busy: a callback may block on another Work's
+// Future (PowerSGD's hook waits inside its then()), and the completion it waits for must not queue behind it.
+class CallbackThreads {
+ public:
+  ~CallbackThreads();  // runs what is queued first
+  void post(std::function<void()> fn);
+
+ private:
+  void run();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  size_t idle_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 class ChorusWork final : public c10d::Work {
  public:
   // `outputs`: what result() and the future hold; `keep`: tensors the operation reads or writes until it is done;
@@ -26,13 +44,15 @@ class ChorusWork final : public c10d::Work {
   ~ChorusWork() override;
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  // The thread that waits runs the completion itself (no hand-off to the completer's thread), once.
+  // The thread that waits runs the completion itself (no hand-off to the completer's thread), once, and the
+  // Future's callbacks too.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   // Waits for the stream, then finishes; runs once, on whichever of the completer and a waiter comes first.
-  void complete();
+  // The Future is marked (running its callbacks) on `callbacks`, or right here when it is null.
+  void complete(CallbackThreads* callbacks);
 
  private:
-  void completeOnce();
+  void completeOnce(CallbackThreads* callbacks);
   chorusStream_t stream_;
   std::string call_;
   std::vector<at::Tensor> outputs_, keep_;
@@ -53,6 +73,7 @@ class Completer {
   std::condition_variable cv_;
   std::deque<c10::intrusive_ptr<ChorusWork>> queue_;
   bool stop_ = false;
+  CallbackThreads callbacks_;  // outlives thread_
   std::thread thread_;
 };
 

@@ -5,8 +5,10 @@ runs the operation on both with the same inputs, and compares: exactly for integ
 otherwise. Inputs are a function of (rank, element), so each rank also knows every other rank's input.
 Run with Debian's python3 and PYTHONPATH=<build>/ddp/torch.
 """
+import faulthandler
 import os
 import tempfile
+import time
 import traceback
 
 import pytest
@@ -59,14 +61,19 @@ def reference(n, world, dtype, op):
     return out.to(dtype)
 
 
+# A case that has not finished by then prints every thread's stack (faulthandler) and its process exits.
+HANG_S = float(os.environ.get("CHORUS_TORCH_TEST_HANG_S", "240"))
+
+
 def _entry(rank, world, path, case, errors):
+    faulthandler.dump_traceback_later(HANG_S, exit=True)
     try:
         dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
         gloo = dist.new_group(backend="gloo")
         case(rank, world, gloo)
         dist.barrier()
         dist.destroy_process_group()
-    except Exception:
+    except BaseException:  # pytest.raises' Failed too
         errors.put(f"rank {rank}: {traceback.format_exc()}")
 
 
@@ -80,11 +87,14 @@ def spawn(world, case):
                  for r in range(world)]
         for p in procs:
             p.start()
+        until = time.monotonic() + HANG_S + 10
         for p in procs:
-            p.join(300)
+            p.join(max(0.0, until - time.monotonic()))
             if p.is_alive():
                 p.kill()
-                errors.put(f"pid {p.pid} did not finish in 300 s")
+                errors.put(f"pid {p.pid} did not finish in {HANG_S:.0f} s")
+            elif p.exitcode != 0:
+                errors.put(f"pid {p.pid} exited with {p.exitcode} (a stack dump above if it hung)")
     found = []
     while not errors.empty():
         found.append(errors.get())
@@ -205,15 +215,20 @@ def case_p2p_and_errors(rank, world, gloo):
     # bad arguments raise before anything is sent, naming the problem
     with pytest.raises(RuntimeError, match="BAND"):
         dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND)
-    with pytest.raises(RuntimeError, match="complex|dtype"):
-        dist.all_reduce(torch.ones(3, dtype=torch.complex64))
+    with pytest.raises(RuntimeError, match="Short.*which Chorus does not"):
+        dist.all_reduce(torch.ones(3, dtype=torch.int16))
+    c = torch.full((3,), complex(1, rank))  # torch hands a complex SUM over as its float32 view
+    dist.all_reduce(c)
+    assert torch.equal(c, torch.full((3,), complex(world, sum(range(world))))), "complex64 all_reduce"
     dist.barrier()
     # a subgroup of chorus beside the default group
     sub = dist.new_group(ranks=list(range(world)), backend="chorus")
     t = torch.full((3,), float(rank))
     dist.all_reduce(t, group=sub)
     assert torch.equal(t, torch.full((3,), float(sum(range(world))))), "new_group all_reduce"
-    dist.all_reduce_coalesced([torch.ones(2), torch.ones(3, dtype=torch.int64)])
+    ts = [torch.ones(2), torch.ones(3, 2).t()]  # torch takes one dtype; the second is not contiguous
+    dist.all_reduce_coalesced(ts)
+    assert all(torch.equal(t, torch.full_like(t, world)) for t in ts), "all_reduce_coalesced"
 
 
 @pytest.mark.parametrize("world", [2, 4])
