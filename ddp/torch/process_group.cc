@@ -57,6 +57,7 @@ ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& st
 }
 
 ProcessGroupChorus::~ProcessGroupChorus() {
+  completer_.close();  // its streams belong to the communicator
   if (comm_ != nullptr) chorusCommDestroy(comm_);
 }
 

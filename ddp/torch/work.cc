@@ -1,5 +1,6 @@
 #include "ddp/torch/work.h"
 
+#include <Python.h>
 #include <ATen/core/ivalue.h>
 
 #include <exception>
@@ -55,17 +56,24 @@ void ChorusWork::completeOnce(CallbackThreads* callbacks) {
   else mark();
 }
 
-CallbackThreads::~CallbackThreads() {
+void CallbackThreads::close() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
+    threads.swap(threads_);
   }
   cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
+  for (std::thread& t : threads) t.join();
 }
 
 void CallbackThreads::post(std::function<void()> fn) {
-  std::lock_guard<std::mutex> g(mu_);
+  std::unique_lock<std::mutex> g(mu_);
+  if (stop_) {  // closing: no thread would take it
+    g.unlock();
+    fn();
+    return;
+  }
   queue_.push_back(std::move(fn));
   if (queue_.size() > idle_) threads_.emplace_back([this] { run(); });
   else cv_.notify_one();
@@ -89,20 +97,45 @@ void CallbackThreads::run() {
 
 Completer::Completer() : thread_([this] { run(); }) {}
 
-Completer::~Completer() {
+namespace {
+
+// Releases the GIL for a scope where this thread holds it (a process group destroyed from Python): the threads
+// joined there may need it, to drop the last reference to a tensor that has a Python object.
+class WithoutGil {
+ public:
+  WithoutGil() : state_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
+  ~WithoutGil() {
+    if (state_ != nullptr) PyEval_RestoreThread(state_);
+  }
+  WithoutGil(const WithoutGil&) = delete;
+  WithoutGil& operator=(const WithoutGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
+}  // namespace
+
+void Completer::close() {
+  WithoutGil nogil;
   {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+  callbacks_.close();
 }
 
 void Completer::push(c10::intrusive_ptr<ChorusWork> w) {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    queue_.push_back(std::move(w));
+  std::unique_lock<std::mutex> g(mu_);
+  if (stop_) {  // closing (a callback issued it): completed here
+    g.unlock();
+    w->complete(nullptr);
+    return;
   }
+  queue_.push_back(std::move(w));
+  g.unlock();
   cv_.notify_one();
 }
 

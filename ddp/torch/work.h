@@ -22,8 +22,9 @@ namespace chorus::torchpg {
 // Future (PowerSGD's hook waits inside its then()), and the completion it waits for must not queue behind it.
 class CallbackThreads {
  public:
-  ~CallbackThreads();  // runs what is queued first
+  ~CallbackThreads() { close(); }
   void post(std::function<void()> fn);
+  void close();  // runs what is queued, then ends the threads
 
  private:
   void run();
@@ -64,8 +65,9 @@ class ChorusWork final : public c10d::Work {
 class Completer {
  public:
   Completer();
-  ~Completer();  // completes what is queued first
+  ~Completer() { close(); }
   void push(c10::intrusive_ptr<ChorusWork> w);
+  void close();  // completes what is queued (and runs its callbacks), then ends the threads
 
  private:
   void run();
