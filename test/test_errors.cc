@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -397,6 +398,46 @@ TEST(Init, BadRankNranksAndId) {
   EXPECT_EQ(c, nullptr);
 }
 
+TEST(Init, ConfigIsCheckedNamingTheField) {
+  Watchdog wd;
+  chorusUniqueId id;
+  ASSERT_EQ(chorusGetUniqueId(&id), chorusSuccess) << chorusGetLastError(nullptr);
+  chorusComm_t c = nullptr;
+  chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+  config.magic = 0;
+  EXPECT_REFUSED(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusInvalidArgument, nullptr, "config",
+                 "CHORUS_CONFIG_INITIALIZER");
+  config = CHORUS_CONFIG_INITIALIZER;
+  config.size = 8;
+  EXPECT_REFUSED(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusInvalidArgument, nullptr, "size 8");
+  config = CHORUS_CONFIG_INITIALIZER;
+  config.timeoutSec = -1;
+  EXPECT_REFUSED(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusInvalidArgument, nullptr,
+                 "config->timeoutSec=-1");
+  config = CHORUS_CONFIG_INITIALIZER;
+  config.initTimeoutSec = std::nan("");
+  EXPECT_REFUSED(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusInvalidArgument, nullptr,
+                 "config->initTimeoutSec=nan");
+  EXPECT_EQ(c, nullptr);
+}
+
+// A communicator's own initTimeoutSec bounds its creation (the environment's CHORUS_INIT_TIMEOUT is 120 s here).
+TEST(Init, ConfigInitTimeoutBoundsCreation) {
+  Watchdog wd;
+  chorusUniqueId id;
+  ASSERT_EQ(chorusGetUniqueId(&id), chorusSuccess) << chorusGetLastError(nullptr);
+  chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+  config.initTimeoutSec = 1;
+  chorusComm_t c = nullptr;
+  auto t0 = Clock::now();
+  chorusResult_t rc = chorusCommInitRankConfig(&c, 2, id, 0, &config);  // rank 1 never comes
+  double took = secondsSince(t0);
+  EXPECT_EQ(rc, chorusTimeout) << codeName(rc) << ": " << chorusGetLastError(nullptr);
+  EXPECT_GE(took, 0.9);
+  EXPECT_LT(took, 10.0);
+  EXPECT_EQ(c, nullptr);
+}
+
 TEST(Init, FromEnvWithoutRankOrRoot) {
   Watchdog wd;
   EnvGuard env;
@@ -765,6 +806,33 @@ TEST(Abort, UnblocksACallThePeerNeverJoins) {
   EXPECT_NE(stuck.msg.find("chorusCommAbort"), std::string::npos) << stuck.msg;
   EXPECT_NE(stuck.msg.find("AllReduce"), std::string::npos) << stuck.msg;
   comms[0] = nullptr;  // freed by the abort
+  EXPECT_OK(chorusCommDestroy(comms[1]));
+}
+
+// A communicator's own timeoutSec bounds a call that makes no progress (CHORUS_TIMEOUT is 120 s here).
+TEST(Timeout, ConfigTimeoutBoundsACallThePeerNeverJoins) {
+  Watchdog wd;
+  chorusUniqueId id;
+  ASSERT_EQ(chorusGetUniqueId(&id), chorusSuccess) << chorusGetLastError(nullptr);
+  chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+  config.timeoutSec = 1;
+  chorusComm_t comms[2] = {nullptr, nullptr};
+  chorusResult_t rcs[2];
+  std::thread other([&] { rcs[1] = chorusCommInitRankConfig(&comms[1], 2, id, 1, &config); });
+  rcs[0] = chorusCommInitRankConfig(&comms[0], 2, id, 0, &config);
+  other.join();
+  ASSERT_EQ(rcs[0], chorusSuccess) << chorusGetLastError(nullptr);
+  ASSERT_EQ(rcs[1], chorusSuccess);
+  std::vector<float> buf(1000, 1.0f);
+  auto t0 = Clock::now();
+  chorusResult_t rc = chorusAllReduce(buf.data(), buf.data(), buf.size(), chorusFloat32, chorusSum, comms[0], nullptr);
+  double took = secondsSince(t0);
+  std::string msg = chorusGetLastError(nullptr);
+  EXPECT_EQ(rc, chorusTimeout) << codeName(rc) << ": " << msg;
+  EXPECT_NE(msg.find("made no progress for 1 s"), std::string::npos) << msg;
+  EXPECT_GE(took, 0.9);
+  EXPECT_LT(took, 10.0);
+  EXPECT_OK(chorusCommDestroy(comms[0]));
   EXPECT_OK(chorusCommDestroy(comms[1]));
 }
 

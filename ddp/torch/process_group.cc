@@ -52,8 +52,11 @@ ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& st
                 " bytes, expected ", sizeof id.internal, " (another Chorus version?)");
     std::memcpy(id.internal, got.data(), got.size());
   }
-  const chorusResult_t rc = chorusCommInitRank(&comm_, size, id, rank);
-  if (rc != chorusSuccess) raise(rc, nullptr, "creating the communicator (chorusCommInitRank)");
+  // torch's timeout bounds the creation and every operation (a call that makes no progress for that long fails).
+  chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+  config.timeoutSec = config.initTimeoutSec = std::chrono::duration<double>(timeout).count();
+  const chorusResult_t rc = chorusCommInitRankConfig(&comm_, size, id, rank, &config);
+  if (rc != chorusSuccess) raise(rc, nullptr, "creating the communicator (chorusCommInitRankConfig)");
 }
 
 ProcessGroupChorus::~ProcessGroupChorus() {
@@ -171,7 +174,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<Tensors
   return run(c10d::OpType::ALLGATHER, "all_gather", outs, {src, flat}, [&](chorusStream_t s) {
     return chorusAllGather(src.data_ptr(), flat.data_ptr(), count(src), dt, comm_, s);
   }, [outs, flat, n]() mutable {
-    for (size_t r = 0; r < outs.size(); ++r) outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
+    for (size_t r = 0; r < outs.size(); ++r)
+      outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
   });
 }
 
@@ -214,7 +218,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(std::vect
   std::vector<Tensors> lists = outputs;
   return run(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", outs, keep, [&](chorusStream_t s) {
     for (size_t i = 0; i < srcs.size(); ++i)
-      if (chorusResult_t rc = chorusAllGather(srcs[i].data_ptr(), flats[i].data_ptr(), count(srcs[i]), dts[i], comm_, s))
+      if (chorusResult_t rc =
+              chorusAllGather(srcs[i].data_ptr(), flats[i].data_ptr(), count(srcs[i]), dts[i], comm_, s))
         return rc;
     return chorusSuccess;
   }, [lists, flats]() mutable {
@@ -334,14 +339,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor& out
   const chorusDataType_t dt = dataType(input, "input");
   const int n = getSize();
   // Rows of the first dimension per peer: equal when no splits are given.
-  auto splits = [&](const std::vector<int64_t>& given, const at::Tensor& t, const char* what) {
+  auto splits = [&](const std::vector<int64_t>& given, const at::Tensor& t, const char* tensor, const char* what) {
     std::vector<int64_t> rows(n, t.dim() == 0 ? 0 : t.size(0) / n);
     if (!given.empty()) {
-      TORCH_CHECK(static_cast<int>(given.size()) == n, "chorus: ", what, " has ", given.size(), " entries for a group of ", n);
+      TORCH_CHECK(static_cast<int>(given.size()) == n, "chorus: ", what, " has ", given.size(),
+                  " entries for a group of ", n);
       rows = given;
     } else {
-      TORCH_CHECK(t.dim() > 0 && t.size(0) % n == 0, "chorus: all_to_all_single's ", what == std::string("output_split_sizes") ? "output" : "input",
-                  " first dimension (", t.dim() > 0 ? t.size(0) : 0, ") is not a multiple of the group size ", n);
+      TORCH_CHECK(t.dim() > 0 && t.size(0) % n == 0, "chorus: all_to_all_single's ", tensor, " first dimension (",
+                  t.dim() > 0 ? t.size(0) : 0, ") is not a multiple of the group size ", n);
     }
     int64_t sum = 0;
     for (int64_t r : rows) sum += r;
@@ -349,8 +355,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor& out
                 t.dim() > 0 ? t.size(0) : 0);
     return rows;
   };
-  const std::vector<int64_t> outRows = splits(outputSplits, output, "output_split_sizes");
-  const std::vector<int64_t> inRows = splits(inputSplits, input, "input_split_sizes");
+  const std::vector<int64_t> outRows = splits(outputSplits, output, "output", "output_split_sizes");
+  const std::vector<int64_t> inRows = splits(inputSplits, input, "input", "input_split_sizes");
   const int64_t rowElems = input.dim() == 0 ? 1 : input.numel() / std::max<int64_t>(input.size(0), 1);
   at::Tensor src = input.contiguous();
   Contiguous c = contiguous(output);

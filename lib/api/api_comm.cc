@@ -121,14 +121,39 @@ chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId) {
 }
 
 chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank) {
+  return chorusCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+namespace {
+// The environment's settings with what config sets over them.
+Config withSettings(const chorusConfig_t* config) {
+  Config c = Config::fromEnv();
+  if (config == nullptr) return c;
+  if (config->size != sizeof(chorusConfig_t) || config->magic != CHORUS_CONFIG_MAGIC)
+    fail(chorusInvalidArgument, "config (size {}, magic {:#x}) was not made from CHORUS_CONFIG_INITIALIZER of this "
+         "chorus.h", config->size, config->magic);
+  auto seconds = [](double v, const char* name, double* out) {
+    if (!(v >= 0) || v > 1e9) fail(chorusInvalidArgument, "config->{}={} must be 0 (the environment's) or a number "
+                                   "of seconds up to 1e9", name, v);
+    if (v > 0) *out = v;
+  };
+  seconds(config->timeoutSec, "timeoutSec", &c.timeoutSec);
+  seconds(config->initTimeoutSec, "initTimeoutSec", &c.initTimeoutSec);
+  return c;
+}
+}  // namespace
+
+chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank,
+                                        const chorusConfig_t* config) {
   return apiCall(nullptr, [&] {
     if (comm == nullptr) fail(chorusInvalidArgument, "comm (the output pointer) is NULL");
     *comm = nullptr;
     checkNotInGroup("chorusCommInitRank");
     if (nranks < 1) fail(chorusInvalidArgument, "nranks={} must be at least 1", nranks);
     if (rank < 0 || rank >= nranks) fail(chorusInvalidArgument, "rank={} is outside [0, nranks={})", rank, nranks);
+    Config settings = withSettings(config);
     UniqueIdData root = decodeUniqueId(commId);
-    *comm = createComm(nranks, rank, root, Config::fromEnv());
+    *comm = createComm(nranks, rank, root, settings);
   });
 }
 

@@ -395,7 +395,8 @@ void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
       continue;
     }
     if (now - lastMove > duration_cast<Clock::duration>(duration<double>(config_.timeoutSec)))  // only this late
-      fail(chorusTimeout, "{}: {} made no progress for {} s (CHORUS_TIMEOUT); a peer is stuck or unreachable",
+      fail(chorusTimeout, "{}: {} made no progress for {} s (CHORUS_TIMEOUT, or the communicator's timeoutSec); a "
+           "peer is stuck or unreachable",
            name(), describe(tag), config_.timeoutSec);
     sleepOnTransports();
   }

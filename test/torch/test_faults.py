@@ -1,5 +1,6 @@
 """Faults through torch.distributed over "chorus": a killed rank and mismatched calls raise, naming the ranks,
-within a bound; nobody hangs."""
+within a bound; a rank that never joins a call makes it raise after the group's timeout; nobody hangs."""
+import datetime
 import os
 import signal
 import tempfile
@@ -49,6 +50,28 @@ def _mismatched(rank, world, path, out):
     os._exit(0)
 
 
+TIMEOUT_S = 2  # the group's timeout; CHORUS_TIMEOUT in the tests' environment is 120 s
+
+
+def _late(rank, world, path, out):
+    try:
+        dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=TIMEOUT_S))
+        if rank == 1:
+            time.sleep(3 * TIMEOUT_S)  # rank 0's call waits for it
+        start = time.monotonic()
+        try:
+            t = torch.ones(1000)
+            dist.all_reduce(t)
+            right = torch.equal(t, torch.full_like(t, 2))
+            out.put((rank, "no error" if right else "wrong sum", time.monotonic() - start))
+        except RuntimeError as e:
+            out.put((rank, str(e), time.monotonic() - start))
+    except Exception:
+        out.put((rank, "setup: " + traceback.format_exc(), -1))
+    os._exit(0)
+
+
 def run(world, entry, expect):
     os.environ.setdefault("CHORUS_SOCKET_IFNAME", "=lo")
     ctx = mp.get_context("fork")
@@ -82,3 +105,12 @@ def test_mismatched_shapes_raise_naming_both_ranks():
     for rank, (text, seconds) in got.items():
         assert "mismatched" in text and "rank 0" in text and "rank 1" in text, f"rank {rank}: {text}"
         assert seconds < 5, f"rank {rank} raised after {seconds:.2f} s"
+
+
+def test_the_groups_timeout_bounds_a_call_a_peer_never_joins():
+    got = run(2, _late, 2)
+    text, seconds = got[0]
+    assert f"made no progress for {TIMEOUT_S} s" in text, f"rank 0: {text}"
+    assert TIMEOUT_S * 0.9 < seconds < TIMEOUT_S + 3, f"rank 0 raised after {seconds:.2f} s: {text}"
+    # rank 0 had sent its part before it gave up: rank 1 may complete the call, but never with a wrong result
+    assert got[1][0] != "wrong sum", "rank 1 completed the call with a wrong result"
