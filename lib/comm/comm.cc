@@ -364,11 +364,18 @@ void Comm::irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req
   route_[peer]->irecv(peer, buf, len, tag, req);
 }
 
+// Note [Patience]: a wait spins, then yields, then sleeps on the transports. Spinning pays when the peer answers
+// within the spin (a blocking 8-byte call); it costs when the peer is busy elsewhere, above all when this wait runs
+// on the worker beside the caller's own computation (DDP's backward: it takes that thread's core). So the spin and
+// the yield shrink by half after each wait that lasted longer than the full spin and yield, and grow back by a
+// factor of two after each shorter one (judged by its length, not by whether it slept: a shrunk spin sleeps more),
+// between 0 and what CHORUS_SPIN_US/CHORUS_YIELD_US say. Waits of one communicator run one at a time.
 void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
   using namespace std::chrono;
   Clock::time_point lastMove;  // set at the first look at the clock (idle == 16): most waits never need it
-  const auto spin = microseconds(config_.spinUs);
-  const auto yield = microseconds(config_.yieldUs);
+  const auto spin = microseconds(config_.spinUs >> impatience_);
+  const auto yield = microseconds(config_.yieldUs >> impatience_);
+  Clock::time_point firstLook{};
   // Reading the clock costs more than a look at the transports: only every 16th time while spinning. With no
   // spin (more ranks than cores) the first idle look already yields: the peer we wait for may need our core.
   const unsigned looks = spin.count() > 0 ? 16 : 1;  // a power of two: counted with a mask, not a division
@@ -387,6 +394,7 @@ void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
     if (idle == looks) {  // first look at the clock since something moved; looks + 1 keeps later looks from
       lastMove = now;     // resetting it (once spinning ends, idle stops counting)
       idle = looks + 1;
+      if (firstLook == Clock::time_point{}) firstLook = now;
     }
     if (now - lastMove < spin) continue;
     spinning = false;
@@ -400,6 +408,10 @@ void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
            name(), describe(tag), config_.timeoutSec);
     sleepOnTransports();
   }
+  const bool longWait = firstLook != Clock::time_point{} &&
+                        Clock::now() - firstLook > microseconds(config_.spinUs + config_.yieldUs);
+  if (longWait) impatience_ = std::min(impatience_ + 1, kMaxImpatience);
+  else if (impatience_ > 0) --impatience_;
 }
 
 uint8_t* Comm::scratch(const mem::Space& space, size_t bytes, int slot) {

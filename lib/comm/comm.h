@@ -142,6 +142,8 @@ class Comm : public algo::Context {
   std::vector<uint8_t> fuses_;  // per peer: its link reduces while receiving (else irecvReduce need not ask)
   std::optional<transport::LinkTraits> localCost_;
   bool oversubscribed_ = false;  // this host runs more ranks than this process has cores
+  static constexpr int kMaxImpatience = 16;  // Note [Patience] in comm.cc: spin and yield >> impatience_
+  int impatience_ = 0;
   algo::CostModel model_;
   std::unique_ptr<Executor> executor_;
   Fd abortFd_;  // eventfd: wakes a sleeping waiter on abort
