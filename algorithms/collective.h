@@ -25,6 +25,7 @@ void chainReduce(Context& ctx, const OpTag& tag, const CollArgs& a);
 // algorithms/direct.cc: every pair at once.
 void directAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a);
 void directAllToAll(Context& ctx, const OpTag& tag, const CollArgs& a);
+void directAllToAllv(Context& ctx, const OpTag& tag, const CollArgs& a);
 void disseminationBarrier(Context& ctx, const OpTag& tag);
 // Posts a Send or Recv without waiting (used by groups, whose members complete together).
 void postPointToPoint(Context& ctx, const OpTag& tag, const CollArgs& a, Request* req);

@@ -1,4 +1,4 @@
-// Operations where every rank talks to its peers directly: AllReduce of tiny messages, AllToAll, Send/Recv
+// Operations where every rank talks to its peers directly: AllReduce of tiny messages, AllToAll(v), Send/Recv
 // and the barrier.
 #include <algorithm>
 #include <vector>
@@ -11,17 +11,18 @@ namespace chorus::algo {
 
 namespace {
 
-// Sends block bytes at sendAt(to) to every other rank and receives block bytes from each into recvAt(from),
-// all at once, then waits. Staggered peer order: at round i every rank sends to rank+i, so no single rank is
-// everyone's target.
-template <typename SendAt, typename RecvAt>
-void exchangeWithEveryPeer(Context& ctx, const OpTag& tag, size_t block, SendAt sendAt, RecvAt recvAt) {
+// Sends sendBytes(to) bytes at sendAt(to) to every other rank and receives recvBytes(from) bytes from each into
+// recvAt(from), all at once, then waits. Staggered peer order: at round i every rank sends to rank+i, so no single
+// rank is everyone's target.
+template <typename SendAt, typename RecvAt, typename SendBytes, typename RecvBytes>
+void exchangeWithEveryPeer(Context& ctx, const OpTag& tag, SendBytes sendBytes, RecvBytes recvBytes, SendAt sendAt,
+                           RecvAt recvAt) {
   const int n = ctx.nranks(), r = ctx.rank();
   std::vector<Request> reqs(2 * static_cast<size_t>(n - 1));
   for (int i = 1; i < n; ++i) {
     int to = mod(r + i, n), from = mod(r - i, n);
-    ctx.irecv(from, recvAt(from), block, tag, &reqs[2 * (i - 1)]);
-    ctx.isend(to, sendAt(to), block, tag, &reqs[2 * (i - 1) + 1]);
+    ctx.irecv(from, recvAt(from), recvBytes(from), tag, &reqs[2 * (i - 1)]);
+    ctx.isend(to, sendAt(to), sendBytes(to), tag, &reqs[2 * (i - 1) + 1]);
   }
   ctx.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
                  tag);
@@ -35,9 +36,26 @@ void directAllToAll(Context& ctx, const OpTag& tag, const CollArgs& a) {
   auto in = static_cast<const uint8_t*>(a.sendbuff);
   auto out = static_cast<uint8_t*>(a.recvbuff);
   a.space.copy(out + static_cast<size_t>(r) * block, in + static_cast<size_t>(r) * block, block);
+  auto same = [&](int) { return block; };
   exchangeWithEveryPeer(
-      ctx, tag, block, [&](int to) { return in + static_cast<size_t>(to) * block; },
+      ctx, tag, same, same, [&](int to) { return in + static_cast<size_t>(to) * block; },
       [&](int from) { return out + static_cast<size_t>(from) * block; });
+}
+
+// Each pair's blocks have the sizes the caller gave; a block of 0 elements still goes as an empty message, so a
+// peer that expected another size gets the mismatch (Note [Message tags]), not a hang.
+void directAllToAllv(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const size_t n = static_cast<size_t>(ctx.nranks()), r = static_cast<size_t>(ctx.rank());
+  const size_t es = kernels::dataTypeSize(a.dtype);
+  const size_t* sendCounts = a.layout.data();
+  const size_t *sendDispls = sendCounts + n, *recvCounts = sendCounts + 2 * n, *recvDispls = sendCounts + 3 * n;
+  auto in = static_cast<const uint8_t*>(a.sendbuff);
+  auto out = static_cast<uint8_t*>(a.recvbuff);
+  if (recvCounts[r] > 0) a.space.copy(out + recvDispls[r] * es, in + sendDispls[r] * es, recvCounts[r] * es);
+  exchangeWithEveryPeer(
+      ctx, tag, [&](int to) { return sendCounts[to] * es; }, [&](int from) { return recvCounts[from] * es; },
+      [&](int to) { return sendCounts[to] > 0 ? in + sendDispls[to] * es : in; },  // NULL with nothing to send
+      [&](int from) { return recvCounts[from] > 0 ? out + recvDispls[from] * es : out; });
 }
 
 // Every rank sends its input to every other rank and reduces the n contributions itself, in rank order, so
@@ -50,8 +68,9 @@ void directAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
   if (n == 1) return a.space.copy(out, a.sendbuff, bytes);
   uint8_t* all = ctx.scratch(a.space, bytes * static_cast<size_t>(n), 2);  // contribution of rank q at q * bytes
   a.space.copy(all + static_cast<size_t>(r) * bytes, a.sendbuff, bytes);
+  auto same = [&](int) { return bytes; };
   exchangeWithEveryPeer(
-      ctx, tag, bytes, [&](int) { return all + static_cast<size_t>(r) * bytes; },
+      ctx, tag, same, same, [&](int) { return all + static_cast<size_t>(r) * bytes; },
       [&](int from) { return all + static_cast<size_t>(from) * bytes; });
   const void* few[16];
   std::vector<const void*> many;

@@ -402,23 +402,23 @@ TEST(Init, ConfigIsCheckedNamingTheField) {
   Watchdog wd;
   chorusUniqueId id;
   ASSERT_EQ(chorusGetUniqueId(&id), chorusSuccess) << chorusGetLastError(nullptr);
-  chorusComm_t c = nullptr;
-  chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
-  config.magic = 0;
-  EXPECT_REFUSED(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusInvalidArgument, nullptr, "config",
-                 "CHORUS_CONFIG_INITIALIZER");
-  config = CHORUS_CONFIG_INITIALIZER;
-  config.size = 8;
-  EXPECT_REFUSED(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusInvalidArgument, nullptr, "size 8");
-  config = CHORUS_CONFIG_INITIALIZER;
-  config.timeoutSec = -1;
-  EXPECT_REFUSED(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusInvalidArgument, nullptr,
-                 "config->timeoutSec=-1");
-  config = CHORUS_CONFIG_INITIALIZER;
-  config.initTimeoutSec = std::nan("");
-  EXPECT_REFUSED(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusInvalidArgument, nullptr,
-                 "config->initTimeoutSec=nan");
-  EXPECT_EQ(c, nullptr);
+  struct Bad {
+    void (*bend)(chorusConfig_t&);
+    const char* says;
+  };
+  const Bad bad[] = {
+      {[](chorusConfig_t& c) { c.magic = 0; }, "CHORUS_CONFIG_INITIALIZER"},
+      {[](chorusConfig_t& c) { c.size = 8; }, "size 8"},
+      {[](chorusConfig_t& c) { c.timeoutSec = -1; }, "config->timeoutSec=-1"},
+      {[](chorusConfig_t& c) { c.initTimeoutSec = std::nan(""); }, "config->initTimeoutSec=nan"},
+  };
+  for (const Bad& b : bad) {
+    chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+    b.bend(config);
+    chorusComm_t c = nullptr;
+    EXPECT_REFUSED(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusInvalidArgument, nullptr, b.says);
+    EXPECT_EQ(c, nullptr);
+  }
 }
 
 // A communicator's own initTimeoutSec bounds its creation (the environment's CHORUS_INIT_TIMEOUT is 120 s here).

@@ -360,20 +360,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor& out
   const int64_t rowElems = input.dim() == 0 ? 1 : input.numel() / std::max<int64_t>(input.size(0), 1);
   at::Tensor src = input.contiguous();
   Contiguous c = contiguous(output);
-  const size_t es = src.element_size();
   const bool equal = outputSplits.empty() && inputSplits.empty();
+  // Elements per peer and where each block starts, as chorusAllToAllv takes them.
+  std::vector<size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
+  for (int r = 0; r < n; ++r) {
+    sendCounts[r] = static_cast<size_t>(inRows[r] * rowElems);
+    recvCounts[r] = static_cast<size_t>(outRows[r] * rowElems);
+    if (r + 1 < n) {
+      sendDispls[r + 1] = sendDispls[r] + sendCounts[r];
+      recvDispls[r + 1] = recvDispls[r] + recvCounts[r];
+    }
+  }
   return run(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, {src, c.buf}, [&](chorusStream_t s) {
     if (equal) return chorusAllToAll(src.data_ptr(), c.buf.data_ptr(), count(src) / n, dt, comm_, s);
-    auto* in = static_cast<uint8_t*>(src.data_ptr());
-    auto* out = static_cast<uint8_t*>(c.buf.data_ptr());
-    for (int r = 0; r < n; ++r) {
-      if (chorusResult_t rc = chorusSend(in, static_cast<size_t>(inRows[r] * rowElems), dt, r, comm_, s)) return rc;
-      if (chorusResult_t rc = chorusRecv(out, static_cast<size_t>(outRows[r] * rowElems), dt, r, comm_, s)) return rc;
-      in += inRows[r] * rowElems * es;
-      out += outRows[r] * rowElems * es;
-    }
-    return chorusSuccess;
-  }, c.back, /*group=*/!equal);
+    return chorusAllToAllv(src.data_ptr(), sendCounts.data(), sendDispls.data(), c.buf.data_ptr(), recvCounts.data(),
+                           recvDispls.data(), dt, comm_, s);
+  }, c.back);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(Tensors& outputs, Tensors& inputs,

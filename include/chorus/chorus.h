@@ -120,6 +120,13 @@ CHORUS_API chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbu
  * Not in-place: the buffers must not overlap. */
 CHORUS_API chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                                          chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
+/* AllToAll with a size per pair: sendcounts[p] elements from sendbuff + sdispls[p] go to rank p, and
+ * recvcounts[p] elements from rank p land at recvbuff + rdispls[p] (counts and displacements in elements,
+ * nranks entries each, read during the call only). Rank p's sendcounts[q] must equal rank q's recvcounts[p];
+ * ranks that disagree get chorusInvalidUsage naming both. Not in-place: the regions must not overlap. */
+CHORUS_API chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                                          void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                                          chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
 /* Point to point; must be matched by a chorusRecv of the same count and datatype on peer (the n-th Send to a
  * peer matches that peer's n-th Recv from this rank). Two ranks that send to each other must put their Send and
  * Recv inside chorusGroupStart/End. peer may be this rank only inside a group, paired with a Recv from self.

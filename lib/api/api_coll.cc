@@ -1,5 +1,6 @@
 // Exported functions: collectives, point-to-point, barrier, groups. Each validates every argument on the
 // calling thread (errors name the argument, its value and the rank), then issues or records the call.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -190,6 +191,42 @@ chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count
     c.overlap(sendbuff, total, recvbuff, total, nullptr);
     return CollArgs{OpKind::AllToAll, sendbuff, recvbuff, count, datatype, chorusSum, -1, false,
                     c.space(total, sendbuff, recvbuff)};
+  });
+}
+
+chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[], void* recvbuff,
+                               const size_t recvcounts[], const size_t rdispls[], chorusDataType_t datatype,
+                               chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusAllToAllv", stream, [&](const Check& c) {
+    const size_t es = c.dtype(datatype), n = static_cast<size_t>(c.comm.nranks()), me = static_cast<size_t>(c.comm.rank());
+    const size_t* arrays[] = {sendcounts, sdispls, recvcounts, rdispls};
+    const char* names[] = {"sendcounts", "sdispls", "recvcounts", "rdispls"};
+    for (int i = 0; i < 4; ++i)
+      if (arrays[i] == nullptr) c.bad(chorusInvalidArgument, "{} is NULL (it needs nranks={} entries)", names[i], n);
+    // The bytes from each buffer's start to the end of its farthest block, refusing overflow.
+    auto extent = [&](const size_t* counts, const size_t* displs, const char* what) {
+      size_t end = 0;
+      for (size_t p = 0; p < n; ++p) {
+        if (counts[p] == 0) continue;
+        size_t last = 0;
+        if (__builtin_add_overflow(displs[p], counts[p], &last))
+          c.bad(chorusInvalidArgument, "{}[{}] + its count overflows", what, p);
+        end = std::max(end, c.bytes(last, es, 1, what));
+      }
+      return end;
+    };
+    const size_t sendBytes = extent(sendcounts, sdispls, "sdispls"), recvBytes = extent(recvcounts, rdispls, "rdispls");
+    if (sendcounts[me] != recvcounts[me])
+      c.bad(chorusInvalidArgument, "sendcounts[{}]={} but recvcounts[{}]={}: the block a rank sends itself is the one "
+            "it receives", me, sendcounts[me], me, recvcounts[me]);
+    c.ptr(sendbuff, "sendbuff", sendBytes);
+    c.ptr(recvbuff, "recvbuff", recvBytes);
+    c.overlap(sendbuff, sendBytes, recvbuff, recvBytes, nullptr);
+    CollArgs a{OpKind::AllToAllv, sendbuff, recvbuff, 0, datatype, chorusSum, -1, false,
+               c.space(std::max(sendBytes, recvBytes), sendBytes ? sendbuff : nullptr, recvBytes ? recvbuff : nullptr)};
+    a.layout.reserve(4 * n);
+    for (const size_t* v : arrays) a.layout.insert(a.layout.end(), v, v + n);
+    return a;
   });
 }
 

@@ -15,6 +15,7 @@ const char* kindName(OpKind k) {
     case OpKind::AllGather: return "AllGather";
     case OpKind::ReduceScatter: return "ReduceScatter";
     case OpKind::AllToAll: return "AllToAll";
+    case OpKind::AllToAllv: return "AllToAllv";
     case OpKind::Send: return "Send/Recv";
     case OpKind::Barrier: return "Barrier";
     case OpKind::None: break;
@@ -36,6 +37,8 @@ std::string describe(const OpTag& t) {
     case OpKind::Reduce:
       return fmt::format("Reduce (call #{}, count {}, {}, {}, root {})", t.seq, t.count, kernels::dataTypeName(dt),
                          kernels::redOpName(op), t.root);
+    case OpKind::AllToAllv:
+      return fmt::format("AllToAllv (call #{}, {})", t.seq, kernels::dataTypeName(dt));
     case OpKind::AllGather:
     case OpKind::AllToAll:
       return fmt::format("{} (call #{}, count {}, {})", kindName(t.kind), t.seq, t.count, kernels::dataTypeName(dt));

@@ -14,7 +14,7 @@
 namespace chorus {
 
 enum class OpKind : uint8_t {
-  None = 0, AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Barrier
+  None = 0, AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Barrier, AllToAllv
 };
 
 struct OpTag {
@@ -59,6 +59,9 @@ struct CollArgs {
   int root = -1;  // Broadcast/Reduce root, or the peer of a Send/Recv
   bool isRecv = false;  // Send kind only: this side receives
   mem::Space space;  // where sendbuff and recvbuff live (classified once, at the API)
+  // AllToAllv only: sendcounts, sdispls, recvcounts, rdispls, nranks entries each, in elements (copied at the
+  // API: the caller's arrays need not outlive the call).
+  std::vector<size_t> layout = {};
 };
 
 // A pipeline chunk by size: steps of ascending fromBytes, the first from 0; a size takes the chunk of the last

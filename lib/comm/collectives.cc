@@ -23,8 +23,8 @@ TaggedCall tagCall(Comm& comm, const CollArgs& a) {
   } else {
     t.tag.seq = comm.nextCollSeq();
   }
-  if (a.kind == OpKind::AllGather || a.kind == OpKind::AllToAll || a.kind == OpKind::Broadcast ||
-      a.kind == OpKind::Barrier)
+  if (a.kind == OpKind::AllGather || a.kind == OpKind::AllToAll || a.kind == OpKind::AllToAllv ||
+      a.kind == OpKind::Broadcast || a.kind == OpKind::Barrier)
     t.tag.redop = 0;
   return t;
 }
@@ -67,6 +67,7 @@ void runOne(Comm& comm, const TaggedCall& c) {
     case OpKind::Broadcast: return algo::chainBroadcast(comm, c.tag, a);
     case OpKind::Reduce: return algo::chainReduce(comm, c.tag, a);
     case OpKind::AllToAll: return algo::directAllToAll(comm, c.tag, a);
+    case OpKind::AllToAllv: return algo::directAllToAllv(comm, c.tag, a);
     case OpKind::Barrier: return algo::disseminationBarrier(comm, c.tag);
     case OpKind::Send:
     case OpKind::None: break;
@@ -74,8 +75,10 @@ void runOne(Comm& comm, const TaggedCall& c) {
 }
 
 // False for a call with nothing to move. It still took its sequence number, so a rank that disagrees about the
-// count meets a mismatch at its next message.
-bool movesData(const CollArgs& a) { return a.count != 0 || a.kind == OpKind::Barrier; }
+// count meets a mismatch at its next message. An AllToAllv always runs: its counts differ per pair (count is 0).
+bool movesData(const CollArgs& a) {
+  return a.count != 0 || a.kind == OpKind::Barrier || a.kind == OpKind::AllToAllv;
+}
 
 // A group's Sends to self and Recvs from self pair up in order and become copies.
 void copySelfMessages(Comm& comm, std::span<const TaggedCall> calls) {
