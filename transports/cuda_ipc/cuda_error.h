@@ -1,5 +1,5 @@
-// What the CUDA plugin's files share: the error text (per thread, as lastError() of the memory table reads it)
-// and a scope on a device.
+// What the CUDA plugin's files share: the error text (per thread, as lastError() of the memory table reads it),
+// a scope on a device, and the driver's entry points.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +17,18 @@ inline thread_local std::string tError;
 inline int failed(cudaError_t e, const std::string& what) {
   tError = fmt::format("{}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
   return chorusUnhandledCudaError;
+}
+
+// The driver's function `name` (its CUDA 12 ABI) through the runtime, so that the plugin links no libcuda; nullptr
+// where the driver has none.
+template <typename Fn>
+Fn driverEntryPoint(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess)
+    return nullptr;
+  return reinterpret_cast<Fn>(p);
 }
 
 // Makes `device` current for the scope, and restores the thread's own device after: the plugin runs on the

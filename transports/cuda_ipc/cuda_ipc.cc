@@ -33,15 +33,8 @@ static_assert(sizeof(Blob) <= CHORUS_IPC_HANDLE_BYTES);
 
 using GetAttributes = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
 
-GetAttributes getAttributes() {  // the driver's, through the runtime (the plugin links no libcuda), or nullptr
-  static const GetAttributes fn = []() -> GetAttributes {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &p, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess || found != cudaDriverEntryPointSuccess)
-      return nullptr;
-    return reinterpret_cast<GetAttributes>(p);
-  }();
+GetAttributes getAttributes() {
+  static const GetAttributes fn = driverEntryPoint<GetAttributes>("cuPointerGetAttributes");
   return fn;
 }
 

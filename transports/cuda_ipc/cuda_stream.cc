@@ -26,17 +26,13 @@ namespace {
 
 using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
-// The driver's cuStreamWaitValue32, through the runtime (the plugin links no libcuda), or nullptr.
+// The driver's cuStreamWaitValue32, or nullptr: then, as with CHORUS_CUDA_STREAM_WAIT=hostfn, a host function
+// waits.
 WaitValue32 waitValue32() {
   static const WaitValue32 fn = []() -> WaitValue32 {
     const char* mode = std::getenv("CHORUS_CUDA_STREAM_WAIT");
     if (mode != nullptr && std::strcmp(mode, "hostfn") == 0) return nullptr;
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess || found != cudaDriverEntryPointSuccess)
-      return nullptr;
-    return reinterpret_cast<WaitValue32>(p);
+    return driverEntryPoint<WaitValue32>("cuStreamWaitValue32");
   }();
   return fn;
 }
