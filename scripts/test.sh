@@ -38,13 +38,13 @@ rm -rf "$stage"
 # Sanitizers: the in-process suites (threads as ranks) plus the kernels.
 build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dmicrobench=disabled -Dtorch=disabled \
   || { echo "asan build failed"; exit 1; }
-# errors-ucx and transports (UCX in-process, after aborted transfers) run under ASan+UBSan without LeakSanitizer:
+# errors-ucx, runtime_errors-ucx and transports (UCX in-process, after aborted transfers) run under ASan+UBSan without LeakSanitizer:
 # at exit LSan's own tracer crashes now and then (SIGSEGV in StopTheWorld: errors-ucx ~1 run in 12, transports once
 # in CI after all its cases passed) while UCX's threads wind down; no leak was ever reported.
 leak_transports=(transports) noleak_suites=()
-if [ -n "$(ucx_suites build-asan errors)" ]; then leak_transports=() noleak_suites=(transports errors-ucx); fi
+if [ -n "$(ucx_suites build-asan errors)" ]; then leak_transports=() noleak_suites=(transports errors-ucx runtime_errors-ucx); fi
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  meson test -C build-asan --print-errorlogs --num-processes 1 reduce kernel_elements smoke errors shm tree_shape \
+  meson test -C build-asan --print-errorlogs --num-processes 1 reduce kernel_elements smoke errors runtime_errors shm tree_shape \
   selection tree ddp ddp_train mlp memory_spaces device_ipc cuda_driver \
   "${leak_transports[@]}" $(ucx_suites build-asan smoke ddp failures) || status=1
 if [ ${#noleak_suites[@]} -gt 0 ]; then
@@ -53,8 +53,8 @@ if [ ${#noleak_suites[@]} -gt 0 ]; then
 fi
 build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dmicrobench=disabled -Dtorch=disabled \
   || { echo "tsan build failed"; exit 1; }
-TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 smoke errors shm tree ddp ddp_train \
-  smoke-tcp transports $(ucx_suites build-tsan smoke errors ddp) || status=1
+TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 smoke errors runtime_errors \
+  shm tree ddp ddp_train smoke-tcp transports $(ucx_suites build-tsan smoke errors runtime_errors ddp) || status=1
 # In CI (not reproduced elsewhere) TSan's runtime has died in the longest suites remapping shadow memory ("ThreadSanitizer
 # failed to allocate 0x1e... bytes at address 1000000...", ENOMEM) with no report, twice in device_ipc and once in
 # memory_spaces. Those suites run in invocations of their own: one that fails that way is tried again, up to three
