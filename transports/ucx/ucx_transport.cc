@@ -151,35 +151,16 @@ class UcxTransport final : public Transport {
 
   void accept(int peer, const std::vector<uint8_t>& address, Deadline deadline) override {
     Peer& p = open(peer, address);
-    while (true) {
-      bool moved = step();
-      if (p.hello) break;  // an error that came with it (its Abort, say) is left for progress()
-      throwIfFailed();
-      if (p.failed())
-        fail(chorusRemoteError, "{}: {} died during the ucx handshake ({})", self(), p.name,
-             p.processGone ? "its process is gone" : ucs_status_string(p.epStatus));
-      if (Clock::now() >= deadline)
-        fail(chorusTimeout, "{}: {} did not connect over ucx before the init deadline", self(), p.name);
-      if (!moved) waitBriefly(deadline);
-    }
+    handshake(p, deadline, "did not connect over ucx", [&] { return p.hello; });
     CHORUS_INFO(kNet, "{} accepted {} over ucx{}", self(), p.name, modeText(p));
   }
 
   // A Hello that connect()'s head start did not see leave waits on this worker's progress, so this rank must not
   // block elsewhere before it left: its peer's accept() would wait for it until the init deadline.
   void settle(Deadline deadline) override {
-    for (Peer* p : connected_) {
-      while (p->rank > setup_.rank && !p->helloSent) {
-        bool moved = step();
-        throwIfFailed();
-        if (p->failed())
-          fail(chorusRemoteError, "{}: {} died during the ucx handshake ({})", self(), p->name,
-               p->processGone ? "its process is gone" : ucs_status_string(p->epStatus));
-        if (Clock::now() >= deadline)
-          fail(chorusTimeout, "{}: {} did not take this rank's ucx hello before the init deadline", self(), p->name);
-        if (!moved) waitBriefly(deadline);
-      }
-    }
+    for (Peer* p : connected_)
+      if (p->rank > setup_.rank && !p->helloSent)
+        handshake(*p, deadline, "did not take this rank's ucx hello", [p] { return p->helloSent; });
   }
 
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
@@ -260,6 +241,22 @@ class UcxTransport final : public Transport {
     if (setup_.rank >= 0 && static_cast<size_t>(setup_.rank) < setup_.peers.size())
       return setup_.peers[setup_.rank].name();
     return fmt::format("rank {}", setup_.rank);
+  }
+
+  // Progresses until done(); throws naming p if it dies first, or saying it `late` at the deadline. done() is asked
+  // right after each step, before any error: what came with it (the peer's Abort, say) is left for progress().
+  template <typename Done>
+  void handshake(Peer& p, Deadline deadline, const char* late, Done done) {
+    while (true) {
+      bool moved = step();
+      if (done()) return;
+      throwIfFailed();
+      if (p.failed())
+        fail(chorusRemoteError, "{}: {} died during the ucx handshake ({})", self(), p.name,
+             p.processGone ? "its process is gone" : ucs_status_string(p.epStatus));
+      if (Clock::now() >= deadline) fail(chorusTimeout, "{}: {} {} before the init deadline", self(), p.name, late);
+      if (!moved) waitBriefly(deadline);
+    }
   }
 
   Peer& connected(int peer) {
