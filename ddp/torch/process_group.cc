@@ -361,18 +361,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor& out
   at::Tensor src = input.contiguous();
   Contiguous c = contiguous(output);
   const bool equal = outputSplits.empty() && inputSplits.empty();
-  // Elements per peer and where each block starts, as chorusAllToAllv takes them.
-  std::vector<size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
-  for (int r = 0; r < n; ++r) {
-    sendCounts[r] = static_cast<size_t>(inRows[r] * rowElems);
-    recvCounts[r] = static_cast<size_t>(outRows[r] * rowElems);
-    if (r + 1 < n) {
-      sendDispls[r + 1] = sendDispls[r] + sendCounts[r];
-      recvDispls[r + 1] = recvDispls[r] + recvCounts[r];
-    }
-  }
   return run(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, {src, c.buf}, [&](chorusStream_t s) {
     if (equal) return chorusAllToAll(src.data_ptr(), c.buf.data_ptr(), count(src) / n, dt, comm_, s);
+    // Elements per peer and where each block starts (chorusAllToAllv copies them at the call).
+    std::vector<size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
+    for (int r = 0; r < n; ++r) {
+      sendCounts[r] = static_cast<size_t>(inRows[r] * rowElems);
+      recvCounts[r] = static_cast<size_t>(outRows[r] * rowElems);
+      if (r + 1 < n) {
+        sendDispls[r + 1] = sendDispls[r] + sendCounts[r];
+        recvDispls[r + 1] = recvDispls[r] + recvCounts[r];
+      }
+    }
     return chorusAllToAllv(src.data_ptr(), sendCounts.data(), sendDispls.data(), c.buf.data_ptr(), recvCounts.data(),
                            recvDispls.data(), dt, comm_, s);
   }, c.back);
