@@ -1,6 +1,8 @@
 // Failures while calls run, with in-process ranks (threads): ranks that make different calls get an error on
 // every rank within seconds naming both ranks and both calls (never a hang), chorusCommAbort unblocks a call that
-// can never complete, and a communicator's own timeoutSec bounds a call that makes no progress.
+// can never complete, a communicator's own timeoutSec bounds a call that makes no progress, an exception of any
+// type inside an operation becomes an error code (never std::terminate, never a stuck executor), and
+// chorusGetLastError is safe for concurrent callers.
 //
 // Every test runs under a watchdog: a test that takes longer than 20 s prints its name and ends the process.
 #include <gtest/gtest.h>
@@ -9,10 +11,13 @@
 #include <chrono>
 #include <functional>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "lib/comm/comm.h"
+#include "lib/comm/stream.h"
 #include "test/comms.h"
 #include "test/error_checks.h"
 #include "test/watchdog.h"
@@ -229,6 +234,71 @@ TEST(Abort, UnblocksAStreamedCall) {
   EXPECT_OK(chorusStreamDestroy(s));
   comms[0] = nullptr;
   EXPECT_OK(chorusCommDestroy(comms[1]));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The executor's boundary: whatever an operation throws (a transport's own exception, a failed hook, something
+// that is not even a std::exception) ends as an error code on the communicator, on either path.
+
+TEST(Boundary, AnExceptionOfUnknownTypeOnTheCallersThreadBecomesAnErrorAndFreesTheExecutor) {
+  Watchdog wd;
+  auto comms = makeComms(1);
+  chorus::Comm& comm = *comms[0];
+  try {
+    comm.executor().runBlocking([] { throw 42; });  // the inline path: the executor is idle
+    ADD_FAILURE() << "runBlocking returned normally";
+  } catch (const chorus::Error& e) {
+    EXPECT_EQ(e.code(), chorusInternalError) << e.what();
+    EXPECT_TRUE(contains(e.what(), {"rank 0", "unknown type"})) << e.what();
+  }
+  comm.executor().drain();  // returns only once the executor is no longer busy
+  float x = 1;  // the communicator is failed: later calls say why instead of hanging or running
+  EXPECT_EQ(chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, comms[0], nullptr), chorusInternalError);
+  EXPECT_TRUE(contains(chorusGetLastError(nullptr), {"unknown type"})) << chorusGetLastError(nullptr);
+  EXPECT_OK(chorusCommAbort(comms[0]));
+}
+
+TEST(Boundary, AStandardExceptionOnTheWorkerReachesTheStreamAndTheCommunicator) {
+  Watchdog wd;
+  auto comms = makeComms(1);
+  chorusStream_t s = nullptr;
+  ASSERT_EQ(chorusStreamCreate(comms[0], &s), chorusSuccess);
+  comms[0]->executor().enqueue([] { throw std::logic_error("injected by the test"); }, {s});
+  EXPECT_EQ(chorusStreamSynchronize(s), chorusInternalError);
+  EXPECT_TRUE(contains(chorusGetLastError(nullptr), {"rank 0", "injected by the test"})) << chorusGetLastError(nullptr);
+  chorusResult_t async = chorusSuccess;
+  EXPECT_OK(chorusCommGetAsyncError(comms[0], &async));
+  EXPECT_EQ(async, chorusInternalError);
+  EXPECT_OK(chorusStreamDestroy(s));
+  EXPECT_OK(chorusCommAbort(comms[0]));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// chorusGetLastError from several threads while the text changes: each caller reads a whole text of its own
+// (with one buffer per communicator, readers rewrote each other's text while it was read: TSan and ASan see it).
+
+TEST(LastError, ConcurrentReadersEachGetAWholeTextWhileItChanges) {
+  Watchdog wd;
+  auto comms = makeComms(1);
+  const std::string a(200, 'a'), b(3000, 'b');
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load(); ++i) comms[0]->setLastError(i % 2 != 0 ? a : b);
+  });
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t)
+    readers.emplace_back([&] {
+      for (int i = 0; i < 20000; ++i) {
+        const std::string got = chorusGetLastError(comms[0]);
+        if (!got.empty() && got != a && got != b) torn.fetch_add(1);
+      }
+    });
+  for (auto& r : readers) r.join();
+  stop = true;
+  writer.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_OK(chorusCommDestroy(comms[0]));
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ typedef enum { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chor
 CHORUS_API chorusResult_t chorusGetVersion(int* version);
 /* Static text for a result code. Never blocks. */
 CHORUS_API const char*    chorusGetErrorString(chorusResult_t result);
-/* Last error text of comm; comm may be NULL: the last error of this thread. Never NULL ("" when none). */
+/* Last error text of comm; comm may be NULL: the last error of this thread. Never NULL ("" when none). Safe to
+ * call from several threads at once: the text is the calling thread's own copy, valid until its next call. */
 CHORUS_API const char*    chorusGetLastError(chorusComm_t comm);
 
 /* Starts a root listener in this process (on CHORUS_SOCKET_IFNAME's address) for one communicator and fills

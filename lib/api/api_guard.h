@@ -37,6 +37,9 @@ chorusResult_t apiCall(chorusComm_t comm, F&& body) {
   } catch (const std::exception& e) {
     recordError(comm, e.what());
     return chorusInternalError;
+  } catch (...) {
+    recordError(comm, "internal error: an exception of unknown type");
+    return chorusInternalError;
   }
 }
 

@@ -508,10 +508,13 @@ void Comm::setLastError(const std::string& text) {
   lastError_ = text;
 }
 
+// Each calling thread gets its own copy: another thread's call (or a failure being recorded) never rewrites the
+// text a caller is still reading.
 const char* Comm::lastError() {
+  thread_local std::string copy;
   std::lock_guard<std::mutex> g(mu_);
-  lastErrorOut_ = lastError_;
-  return lastErrorOut_.c_str();
+  copy = lastError_;
+  return copy.c_str();
 }
 
 }  // namespace chorus

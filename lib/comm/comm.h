@@ -154,7 +154,6 @@ class Comm : public algo::Context {
   chorusResult_t failCode_ = chorusSuccess;
   std::string failure_;
   std::string lastError_;
-  std::string lastErrorOut_;
   uint64_t collSeq_ = 0;
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::vector<std::vector<uint8_t>> scratch_;  // host memory, by slot

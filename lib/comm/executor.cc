@@ -22,6 +22,12 @@ Executor::~Executor() {
   if (worker_.joinable()) worker_.join();
 }
 
+void Executor::failWith(chorusResult_t code, const std::string& what, chorusResult_t* rc, std::string* msg) {
+  Error f = comm_.markFailed(Error(code, fmt::format("{}: {}", comm_.name(), what)));
+  *rc = f.code();
+  *msg = f.what();
+}
+
 void Executor::execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* msg) {
   log::LogRankScope scope(comm_.rank());
   try {
@@ -36,9 +42,12 @@ void Executor::execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* 
     *rc = f.code();
     *msg = f.what();
   } catch (const std::bad_alloc&) {
-    Error f = comm_.markFailed(Error(chorusSystemError, "out of memory while running an operation"));
-    *rc = f.code();
-    *msg = f.what();
+    failWith(chorusSystemError, "out of memory while running an operation", rc, msg);
+  } catch (const std::exception& e) {
+    failWith(chorusInternalError, fmt::format("unexpected failure while running an operation: {}", e.what()), rc, msg);
+  } catch (...) {  // nothing may escape to the worker thread (std::terminate) or leave busy_ set on the inline path
+    failWith(chorusInternalError, "unexpected failure while running an operation (an exception of unknown type)", rc,
+         msg);
   }
   comm_.endCall();
 }

@@ -44,6 +44,8 @@ class Executor {
     std::shared_ptr<struct Completion> done;  // set for a blocking caller waiting on the queue
   };
   void execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* msg);
+  // Marks the communicator failed with this text (prefixed by its name) and reports it through rc/msg.
+  void failWith(chorusResult_t code, const std::string& what, chorusResult_t* rc, std::string* msg);
   void releaseInline();  // after an operation ran on the caller's thread
   void workerLoop();
 
