@@ -47,7 +47,7 @@ void Executor::execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* 
     failWith(chorusInternalError, fmt::format("unexpected failure while running an operation: {}", e.what()), rc, msg);
   } catch (...) {  // nothing may escape to the worker thread (std::terminate) or leave busy_ set on the inline path
     failWith(chorusInternalError, "unexpected failure while running an operation (an exception of unknown type)", rc,
-         msg);
+             msg);
   }
   comm_.endCall();
 }
