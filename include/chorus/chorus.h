@@ -76,6 +76,12 @@ typedef struct {
 /* As chorusCommInitRank, with config's settings (NULL: the environment's only). */
 CHORUS_API chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank,
                                                    const chorusConfig_t* config);
+/* Collective over comm's ranks, as ncclCommSplit: the ranks passing one color form a new communicator, ordered by
+ * key and then by their rank in comm; a rank passing CHORUS_SPLIT_NOCOLOR joins none and gets *newcomm = NULL.
+ * config NULL: the new communicators keep comm's settings. comm must be working (a failed one returns its error). */
+#define CHORUS_SPLIT_NOCOLOR (-1)
+CHORUS_API chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm,
+                                          const chorusConfig_t* config);
 /* As chorusCommInitRank, with rank/size/root from the environment (chorusrun, torchrun, mpirun, srun). */
 CHORUS_API chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm);
 /* Waits for enqueued work, then closes connections and frees comm. Local: does not wait for other ranks. */

@@ -1,6 +1,7 @@
 // Exported functions: version, errors, communicator life cycle.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -154,6 +155,40 @@ chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUn
     Config settings = withSettings(config);
     UniqueIdData root = decodeUniqueId(commId);
     *comm = createComm(nranks, rank, root, settings);
+  });
+}
+
+chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm,
+                               const chorusConfig_t* config) {
+  return apiCall(comm, [&] {
+    if (newcomm == nullptr) fail(chorusInvalidArgument, "newcomm (the output pointer) is NULL");
+    *newcomm = nullptr;
+    checkNotInGroup("chorusCommSplit");
+    CallRef c(comm, "comm");
+    if (color < 0 && color != CHORUS_SPLIT_NOCOLOR)
+      fail(chorusInvalidArgument, "color={} must be at least 0, or CHORUS_SPLIT_NOCOLOR ({})", color,
+           CHORUS_SPLIT_NOCOLOR);
+    const Config settings = config != nullptr ? withSettings(config) : c->config();
+    auto check = [](chorusResult_t rc) {
+      if (rc != chorusSuccess) fail(rc, "chorusCommSplit: {}", chorusGetLastError(nullptr));
+    };
+    // Every rank's color and key, then each new communicator's id from its first member; both through comm.
+    const int n = c->nranks(), me = c->rank();
+    std::vector<int32_t> colorKey(2 * static_cast<size_t>(n));
+    const int32_t mine[2] = {color, key};
+    check(chorusAllGather(mine, colorKey.data(), 2, chorusInt32, comm, nullptr));
+    std::vector<int> members;  // ranks in comm of this rank's new communicator, in its order
+    if (color != CHORUS_SPLIT_NOCOLOR)
+      for (int r = 0; r < n; ++r)
+        if (colorKey[2 * r] == color) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return colorKey[2 * a + 1] < colorKey[2 * b + 1]; });
+    chorusUniqueId id{};
+    if (!members.empty() && members[0] == me) check(chorusGetUniqueId(&id));
+    std::vector<chorusUniqueId> ids(static_cast<size_t>(n));
+    check(chorusAllGather(&id, ids.data(), sizeof id, chorusUint8, comm, nullptr));
+    if (members.empty()) return;
+    const int newRank = static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
+    *newcomm = createComm(static_cast<int>(members.size()), newRank, decodeUniqueId(ids[members[0]]), settings);
   });
 }
 
