@@ -12,18 +12,16 @@
 #include "lib/comm/comm.h"
 #include "test/comms.h"
 #include "test/error_checks.h"
+#include "test/ranks.h"
 #include "test/watchdog.h"
 
 namespace {
 
+using chorus::test::check;
 using chorus::test::destroyAll;
 using chorus::test::makeComms;
 using chorus::test::onAll;
 using chorus::test::Watchdog;
-
-void ok(chorusResult_t rc, const char* what) {
-  if (rc != chorusSuccess) throw std::runtime_error(std::string(what) + ": " + chorusGetLastError(nullptr));
-}
 
 // Five ranks: color r % 2, but rank 4 opts out; color 0 ordered by key -r (reversed), color 1 by equal keys
 // (so by parent rank). Then an AllReduce on each new communicator and on the parent, concurrently per rank.
@@ -34,7 +32,7 @@ TEST(Split, ColorsFormCommunicatorsOrderedByKeyThenRank) {
   std::vector<chorusComm_t> sub(n, nullptr);
   auto errs = onAll(comms, [&](int r, chorusComm_t c) {
     const int color = r == 4 ? CHORUS_SPLIT_NOCOLOR : r % 2;
-    ok(chorusCommSplit(c, color, color == 0 ? -r : 7, &sub[r], nullptr), "chorusCommSplit");
+    check(chorusCommSplit(c, color, color == 0 ? -r : 7, &sub[r], nullptr), nullptr, "chorusCommSplit");
   });
   ASSERT_TRUE(errs.empty()) << errs[0];
   EXPECT_EQ(sub[4], nullptr);
@@ -50,14 +48,14 @@ TEST(Split, ColorsFormCommunicatorsOrderedByKeyThenRank) {
   errs = onAll(comms, [&](int r, chorusComm_t c) {
     std::vector<double> mine(1001, r + 1.0), all(1001, r + 1.0);
     if (sub[r] != nullptr) {
-      ok(chorusAllReduce(mine.data(), mine.data(), mine.size(), chorusFloat64, chorusSum, sub[r], nullptr),
-         "AllReduce on the new communicator");
+      check(chorusAllReduce(mine.data(), mine.data(), mine.size(), chorusFloat64, chorusSum, sub[r], nullptr),
+            nullptr, "AllReduce on the new communicator");
       const double want = r % 2 == 0 ? 1 + 3 : 2 + 4;
       for (double v : mine)
         if (v != want) throw std::runtime_error("new communicator's AllReduce: " + std::to_string(v));
     }
-    ok(chorusAllReduce(all.data(), all.data(), all.size(), chorusFloat64, chorusSum, c, nullptr),
-       "AllReduce on the parent");
+    check(chorusAllReduce(all.data(), all.data(), all.size(), chorusFloat64, chorusSum, c, nullptr), nullptr,
+          "AllReduce on the parent");
     for (double v : all)
       if (v != 15) throw std::runtime_error("parent's AllReduce: " + std::to_string(v));
   });
@@ -71,10 +69,10 @@ TEST(Split, KeepsTheParentsSettingsUnlessGivenAConfig) {
   auto comms = makeComms(2);
   std::vector<chorusComm_t> kept(2, nullptr), given(2, nullptr);
   auto errs = onAll(comms, [&](int r, chorusComm_t c) {
-    ok(chorusCommSplit(c, 0, r, &kept[r], nullptr), "split without config");
+    check(chorusCommSplit(c, 0, r, &kept[r], nullptr), nullptr, "split without config");
     chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
     config.timeoutSec = 3.5;
-    ok(chorusCommSplit(c, 0, r, &given[r], &config), "split with config");
+    check(chorusCommSplit(c, 0, r, &given[r], &config), nullptr, "split with config");
   });
   ASSERT_TRUE(errs.empty()) << errs[0];
   for (int r = 0; r < 2; ++r) {

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "lib/comm/comm.h"
-#include "lib/comm/stream.h"
 #include "test/comms.h"
 #include "test/error_checks.h"
 #include "test/watchdog.h"

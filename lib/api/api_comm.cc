@@ -181,7 +181,8 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
     if (color != CHORUS_SPLIT_NOCOLOR)
       for (int r = 0; r < n; ++r)
         if (colorKey[2 * r] == color) members.push_back(r);
-    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return colorKey[2 * a + 1] < colorKey[2 * b + 1]; });
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return colorKey[2 * a + 1] < colorKey[2 * b + 1]; });
     chorusUniqueId id{};
     if (!members.empty() && members[0] == me) check(chorusGetUniqueId(&id));
     std::vector<chorusUniqueId> ids(static_cast<size_t>(n));

@@ -1,5 +1,7 @@
 #include "lib/comm/executor.h"
 
+#include <string_view>
+
 #include "lib/comm/comm.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
@@ -22,8 +24,12 @@ Executor::~Executor() {
   if (worker_.joinable()) worker_.join();
 }
 
-void Executor::failWith(chorusResult_t code, const std::string& what, chorusResult_t* rc, std::string* msg) {
-  Error f = comm_.markFailed(Error(code, fmt::format("{}: {}", comm_.name(), what)));
+// Marks the communicator failed and reports it; errors of a transport or the algorithms name the rank already,
+// others (a device runtime's, an unexpected exception) get its name in front.
+void Executor::report(const Error& e, chorusResult_t* rc, std::string* msg) {
+  const std::string who = comm_.name();
+  const bool named = std::string_view(e.what()).find(who) != std::string_view::npos;
+  Error f = comm_.markFailed(named ? e : Error(e.code(), fmt::format("{}: {}", who, e.what())));
   *rc = f.code();
   *msg = f.what();
 }
@@ -35,19 +41,15 @@ void Executor::execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* 
     fn();
     *rc = chorusSuccess;
   } catch (const Error& e) {
-    // Errors of a transport or the algorithms name the rank already; a device runtime's do not know it.
-    const std::string who = comm_.name();
-    const bool named = std::string_view(e.what()).find(who) != std::string_view::npos;
-    Error f = comm_.markFailed(named ? e : Error(e.code(), fmt::format("{}: {}", who, e.what())));
-    *rc = f.code();
-    *msg = f.what();
+    report(e, rc, msg);
   } catch (const std::bad_alloc&) {
-    failWith(chorusSystemError, "out of memory while running an operation", rc, msg);
+    report(Error(chorusSystemError, "out of memory while running an operation"), rc, msg);
   } catch (const std::exception& e) {
-    failWith(chorusInternalError, fmt::format("unexpected failure while running an operation: {}", e.what()), rc, msg);
+    report(Error(chorusInternalError, fmt::format("unexpected failure while running an operation: {}", e.what())),
+           rc, msg);
   } catch (...) {  // nothing may escape to the worker thread (std::terminate) or leave busy_ set on the inline path
-    failWith(chorusInternalError, "unexpected failure while running an operation (an exception of unknown type)", rc,
-             msg);
+    report(Error(chorusInternalError, "unexpected failure while running an operation (an exception of unknown type)"),
+           rc, msg);
   }
   comm_.endCall();
 }

@@ -22,6 +22,7 @@ struct chorusStream;
 namespace chorus {
 
 class Comm;
+class Error;
 
 
 class Executor {
@@ -44,8 +45,7 @@ class Executor {
     std::shared_ptr<struct Completion> done;  // set for a blocking caller waiting on the queue
   };
   void execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* msg);
-  // Marks the communicator failed with this text (prefixed by its name) and reports it through rc/msg.
-  void failWith(chorusResult_t code, const std::string& what, chorusResult_t* rc, std::string* msg);
+  void report(const Error& e, chorusResult_t* rc, std::string* msg);  // a failed operation
   void releaseInline();  // after an operation ran on the caller's thread
   void workerLoop();
 
