@@ -186,11 +186,11 @@ TEST(Plugins, ForeignAndStaleFilesAreRefused) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("libchorus-junk.so could not be loaded"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("libchorus-noplugin.so is not a Chorus transport plugin (it exports no "
-                          "chorusTransportPlugin_v3) nor a memory plugin (no chorusMemoryPlugin_v3)"),
+                          "chorusTransportPlugin_v4) nor a memory plugin (no chorusMemoryPlugin_v3)"),
             std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("libchorus-future.so is a plugin of version 4; this libchorus speaks version 3"),
+  EXPECT_NE(r.output.find("libchorus-future.so is a plugin of version 5; this libchorus speaks version 4"),
             std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("libchorus-stale.so is a plugin of version 1; this libchorus speaks version 3"),
+  EXPECT_NE(r.output.find("libchorus-stale.so is a plugin of version 1; this libchorus speaks version 4"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("libchorus-badchunks.so (badchunks) is refused: its pipeline chunk steps are invalid: "
                           "step 1 has a chunk of 100 bytes (4 KiB..64 MiB allowed)"), std::string::npos) << r.output;

@@ -10,7 +10,8 @@
  * differs) is refused with both versions named, and the communicator forms without it; so is a table shorter
  * than this libchorus's (its symbol's size says so: built against another plugin.h). Any change to this file
  * bumps N. Version 2: the pipeline chunk became steps by size (traits.chunks), where version 1 had one chunk.
- * Version 3: settle.
+ * Version 3: settle. Version 4: messages of kind Tagged form a second class, ordered on its own (Note [Message
+ * classes] in lib/base/ops.h). The memory plugin's table has a version of its own.
  *
  * Contract of every function: returns a chorusResult_t (0 on success); on failure the text of
  * lastError(transport) says why, naming the peer. Functions that the transport interface says never block
@@ -27,8 +28,8 @@
 extern "C" {
 #endif
 
-#define CHORUS_TRANSPORT_PLUGIN_VERSION 3
-#define CHORUS_TRANSPORT_PLUGIN_SYMBOL "chorusTransportPlugin_v3"
+#define CHORUS_TRANSPORT_PLUGIN_VERSION 4
+#define CHORUS_TRANSPORT_PLUGIN_SYMBOL "chorusTransportPlugin_v4"
 #define CHORUS_PLUGIN_MAX_CHUNK_STEPS 4
 
 typedef struct {
@@ -116,7 +117,7 @@ typedef struct {
   /* After the last connect/accept: returns once no handshake this side began needs its progress any more. NULL
    * where none ever does. */
   int (*settle)(void* transport, int64_t deadlineNs);
-} chorusTransportPlugin_v3_t;
+} chorusTransportPlugin_v4_t;
 
 /* Note [Memory plugins]: a plugin may also (or instead) export chorusMemoryPlugin_v3, a device runtime's memory
  * (Note [Memory spaces] in lib/mem/space.h): which pointers are memory of its devices, and the data work the

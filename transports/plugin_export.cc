@@ -87,10 +87,10 @@ void destroy(void* t) {
 
 }  // namespace
 
-chorusTransportPlugin_v3_t exportPlugin(const PluginSpec& spec) {
+chorusTransportPlugin_v4_t exportPlugin(const PluginSpec& spec) {
   static_assert(sizeof(EnvSpec) == sizeof(chorusPluginEnv_v3));
   gSpec = &spec;
-  chorusTransportPlugin_v3_t p{};
+  chorusTransportPlugin_v4_t p{};
   p.version = CHORUS_TRANSPORT_PLUGIN_VERSION;
   p.name = spec.name;
   p.preference = spec.preference;

@@ -2,7 +2,7 @@
 // the exported C table, catching every exception at the boundary (its text becomes lastError()). A plugin
 // defines, in one of its files:
 //
-//   extern "C" CHORUS_PLUGIN_EXPORT const chorusTransportPlugin_v3_t chorusTransportPlugin_v3 =
+//   extern "C" CHORUS_PLUGIN_EXPORT const chorusTransportPlugin_v4_t chorusTransportPlugin_v4 =
 //       chorus::transport::exportPlugin(kSpec);
 //
 // where kSpec is a PluginSpec with static storage. The plugin links its own copy of the foundations
@@ -33,6 +33,6 @@ struct PluginSpec {
 };
 
 // The table that forwards to spec's transport. One spec per plugin; spec must outlive the process's use of it.
-chorusTransportPlugin_v3_t exportPlugin(const PluginSpec& spec);
+chorusTransportPlugin_v4_t exportPlugin(const PluginSpec& spec);
 
 }  // namespace chorus::transport

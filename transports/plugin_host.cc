@@ -66,7 +66,7 @@ chorusPluginRequest_v3* cReq(Request* r) { return reinterpret_cast<chorusPluginR
 // the plugin's text, and is thrown here as chorus::Error.
 class PluginTransport final : public Transport {
  public:
-  PluginTransport(const chorusTransportPlugin_v3_t* table, const Setup& setup) : p_(table), setup_(setup) {
+  PluginTransport(const chorusTransportPlugin_v4_t* table, const Setup& setup) : p_(table), setup_(setup) {
     c_.rank = setup.rank;
     c_.nranks = setup.nranks;
     c_.secret = setup.secret;
@@ -149,7 +149,7 @@ class PluginTransport final : public Transport {
     c_.peers = peers_.data();
   }
 
-  const chorusTransportPlugin_v3_t* p_;
+  const chorusTransportPlugin_v4_t* p_;
   const Setup& setup_;
   chorusPluginSetup_v3 c_{};
   std::vector<chorusPluginPeer_v3> peers_;
@@ -193,7 +193,7 @@ std::string chunkStepsProblem(const chorusPluginTraits_v3& t) {
   return "";
 }
 
-Descriptor descriptorOf(const chorusTransportPlugin_v3_t* t, const std::string& file) {
+Descriptor descriptorOf(const chorusTransportPlugin_v4_t* t, const std::string& file) {
   Descriptor d;
   d.name = t->name;
   d.preference = t->preference;
@@ -255,7 +255,7 @@ bool loadOne(const std::string& path, std::optional<Descriptor>* out, std::strin
     *why = fmt::format("{} could not be loaded: {}", path, e ? e : "unknown error");
     return false;
   }
-  auto* table = static_cast<const chorusTransportPlugin_v3_t*>(dlsym(h, CHORUS_TRANSPORT_PLUGIN_SYMBOL));
+  auto* table = static_cast<const chorusTransportPlugin_v4_t*>(dlsym(h, CHORUS_TRANSPORT_PLUGIN_SYMBOL));
   auto* memory = static_cast<const chorusMemoryPlugin_v3_t*>(dlsym(h, CHORUS_MEMORY_PLUGIN_SYMBOL));
   if (table == nullptr && memory == nullptr) {
     const std::string t = versionsIn(h, "chorusTransportPlugin", CHORUS_TRANSPORT_PLUGIN_VERSION);

@@ -142,6 +142,22 @@ CHORUS_API chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusD
                                      chorusComm_t comm, chorusStream_t stream);
 CHORUS_API chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer,
                                      chorusComm_t comm, chorusStream_t stream);
+/* Tagged point to point, matched as MPI matches. A receive takes the oldest message from peer (or, with
+ * CHORUS_ANY_SOURCE, from any rank) carrying its tag (tag >= 0), whatever order the messages arrived in and
+ * whatever collectives run meanwhile; messages from one rank with one tag arrive in the order sent. The message
+ * must have the receive's size (count times the datatype's size), else the receive fails with
+ * chorusInvalidUsage naming both ranks and the message is dropped; the communicator stays usable. Sends are
+ * eager: they never wait for the receive (the receiver keeps a message it did not ask for yet in memory of its
+ * own), so no ordering between ranks can deadlock them and they need no group (inside chorusGroupStart/End they
+ * are refused). peer may be this rank. *source, unless NULL, gets the sender's rank before the receive completes.
+ * With a NULL stream a call returns once done (a send: its data has left sendbuff); with a stream at once, and
+ * chorusStreamSynchronize reports its result. A receive nobody sends to fails the communicator after its
+ * timeout (CHORUS_TIMEOUT), naming the receive. Host memory only: device buffers are refused. */
+#define CHORUS_ANY_SOURCE (-1)
+CHORUS_API chorusResult_t chorusSendTagged(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,
+                                           int tag, chorusComm_t comm, chorusStream_t stream);
+CHORUS_API chorusResult_t chorusRecvTagged(void* recvbuff, size_t count, chorusDataType_t datatype, int peer,
+                                           int tag, int* source, chorusComm_t comm, chorusStream_t stream);
 /* Returns (or, on a stream, completes) once every rank has entered the barrier. */
 CHORUS_API chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream);
 /* Between GroupStart and GroupEnd calls are validated and recorded only; GroupEnd runs them together (Send and

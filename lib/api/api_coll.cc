@@ -1,4 +1,4 @@
-// Exported functions: collectives, point-to-point, barrier, groups. Each validates every argument on the
+// Exported functions: collectives, point-to-point (ordered and tagged), barrier, groups. Each validates every argument on the
 // calling thread (errors name the argument, its value and the rank), then issues or records the call.
 #include <algorithm>
 #include <cstdint>
@@ -10,6 +10,8 @@
 #include "lib/kernels/reduce.h"
 #include "lib/mem/space.h"
 #include "lib/api/registry.h"
+#include "lib/comm/stream.h"
+#include "lib/comm/tagged.h"
 
 using namespace chorus;
 using chorus::CollArgs;
@@ -100,6 +102,65 @@ chorusResult_t submit(chorusComm_t commHandle, const char* fn, chorusStream_t st
     CollArgs args = validate(check);
     if (groupRecord(&*ref, args, stream)) return;
     issue(*ref, std::span<const CollArgs>(&args, 1), std::span<const chorusStream_t>(&stream, 1));
+  });
+}
+
+// A tagged send or receive (lib/comm/tagged.h): posted to the communicator's matching in issue order; blocking
+// without a stream, else finished on the stream once it completes.
+chorusResult_t submitTagged(chorusComm_t commHandle, const char* fn, chorusStream_t stream, bool isRecv, void* buf,
+                            size_t count, chorusDataType_t datatype, int peer, int tag, int* source) {
+  return apiCall(commHandle, [&] {
+    CallRef ref(commHandle, "comm");
+    Comm& comm = *ref;
+    Check c{comm, fn};
+    checkStream(stream, comm);
+    const size_t n = c.bytes(count, c.dtype(datatype), 1, "count");
+    if (!isRecv || peer != CHORUS_ANY_SOURCE) c.rank(peer, "peer");
+    if (tag < 0) c.bad(chorusInvalidArgument, "tag={} is negative", tag);
+    c.ptr(buf, isRecv ? "recvbuff" : "sendbuff", n);
+    if (!c.space(n, isRecv ? nullptr : buf, isRecv ? buf : nullptr).isHost())
+      c.bad(chorusInvalidArgument, "{} {} is device memory; tagged point-to-point moves host memory only",
+            isRecv ? "recvbuff" : "sendbuff", buf);
+    if (groupDepth() > 0)
+      c.bad(chorusInvalidUsage, "tagged point-to-point is not grouped (a group is open): it never deadlocks, so "
+            "call it outside chorusGroupStart/End, with a stream to overlap it");
+    auto op = std::make_unique<TaggedOp>();
+    op->isRecv = isRecv;
+    op->peer = peer;
+    op->tag = tag;
+    op->buf = buf;
+    op->bytes = n;
+    op->source = source;
+    if (stream == nullptr) {
+      struct Outcome {
+        bool done = false;
+        chorusResult_t rc = chorusSuccess;
+        std::string text;
+      };
+      auto out = std::make_shared<Outcome>();
+      op->onDone = [out](chorusResult_t rc, const std::string& text) {
+        out->done = true;
+        out->rc = rc;
+        out->text = text;
+      };
+      const std::string what = describe(*op);
+      comm.executor().runBlocking([&] {
+        comm.tagged().post(std::move(op));
+        comm.waitFor([&] { return out->done; }, [&] { return what; });
+      });
+      if (out->rc != chorusSuccess) throw Error(out->rc, out->text);
+      return;
+    }
+    // The stream counts the operation from its posting (inside the queued task, so before the task's own count
+    // ends) until it finishes; a task that never runs (the communicator failed first) reports through the task.
+    op->onDone = [stream](chorusResult_t rc, const std::string& text) { stream->finish(rc, text); };
+    auto held = std::make_shared<std::unique_ptr<TaggedOp>>(std::move(op));
+    comm.executor().enqueue(
+        [&comm, stream, held] {
+          stream->add();
+          comm.tagged().post(std::move(*held));
+        },
+        {stream});
   });
 }
 
@@ -254,6 +315,17 @@ chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatyp
     return CollArgs{OpKind::Send, nullptr, recvbuff, count, datatype, chorusSum, peer, true,
                     c.space(n, nullptr, recvbuff)};
   });
+}
+
+chorusResult_t chorusSendTagged(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer, int tag,
+                                chorusComm_t comm, chorusStream_t stream) {
+  return submitTagged(comm, "chorusSendTagged", stream, false, const_cast<void*>(sendbuff), count, datatype, peer,
+                      tag, nullptr);
+}
+
+chorusResult_t chorusRecvTagged(void* recvbuff, size_t count, chorusDataType_t datatype, int peer, int tag,
+                                int* source, chorusComm_t comm, chorusStream_t stream) {
+  return submitTagged(comm, "chorusRecvTagged", stream, true, recvbuff, count, datatype, peer, tag, source);
 }
 
 chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream) {

@@ -18,6 +18,7 @@ const char* kindName(OpKind k) {
     case OpKind::AllToAllv: return "AllToAllv";
     case OpKind::Send: return "Send/Recv";
     case OpKind::Barrier: return "Barrier";
+    case OpKind::Tagged: return "tagged Send/Recv";
     case OpKind::None: break;
   }
   return "an unknown operation";
@@ -32,6 +33,9 @@ std::string describe(const OpTag& t) {
       return fmt::format("Barrier (call #{})", t.seq);
     case OpKind::Send:
       return fmt::format("Send/Recv #{} between this pair (count {}, {})", t.seq, t.count, kernels::dataTypeName(dt));
+    case OpKind::Tagged:
+      return t.root == kEnvelopeRoot ? fmt::format("tagged message #{} between this pair (its envelope)", t.seq)
+                                     : fmt::format("tagged message #{} between this pair ({} bytes)", t.seq, t.count);
     case OpKind::Broadcast:
       return fmt::format("Broadcast (call #{}, count {}, {}, root {})", t.seq, t.count, kernels::dataTypeName(dt), t.root);
     case OpKind::Reduce:

@@ -14,7 +14,7 @@
 namespace chorus {
 
 enum class OpKind : uint8_t {
-  None = 0, AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Barrier, AllToAllv
+  None = 0, AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Barrier, AllToAllv, Tagged
 };
 
 struct OpTag {
@@ -28,6 +28,18 @@ struct OpTag {
   bool operator==(const OpTag&) const = default;
 };
 std::string describe(const OpTag& tag);  // "AllReduce #5 (count 10, float32, sum)"
+
+// Note [Message classes]: between two ranks, messages form two classes, each delivered in the order it was
+// posted: tagged point-to-point's (kind Tagged: lib/comm/tagged.h) and everyone else's. A transport matches an
+// arriving message against the oldest receive posted in its class, so tagged traffic, which the receiver takes
+// in whatever order it arrives, never stands in the way of a collective's. Tagged messages are an envelope (seq
+// counts this pair's tagged messages, count 0, root kEnvelopeRoot) and, unless empty, its payload (count bytes).
+constexpr int kMessageClasses = 2;
+constexpr int32_t kEnvelopeRoot = -2;
+inline int messageClass(const OpTag& t) { return t.kind == OpKind::Tagged ? 1 : 0; }
+// The receive of a peer's next envelope stays posted for the communicator's life: a peer that leaves while
+// only it is posted has left nothing undone.
+inline bool standing(const OpTag& t) { return t.kind == OpKind::Tagged && t.root == kEnvelopeRoot; }
 
 // The OpTag a transport's message header repeats (any header with these six fields).
 template <typename Header>

@@ -70,6 +70,7 @@ void runOne(Comm& comm, const TaggedCall& c) {
     case OpKind::AllToAllv: return algo::directAllToAllv(comm, c.tag, a);
     case OpKind::Barrier: return algo::disseminationBarrier(comm, c.tag);
     case OpKind::Send:
+    case OpKind::Tagged:  // never recorded as a call (lib/comm/tagged.h)
     case OpKind::None: break;
   }
 }

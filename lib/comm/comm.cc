@@ -30,7 +30,9 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   setup_.secret = root.secret;
   setup_.socketIfname = config_.socketIfname;
   abortFd_ = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!abortFd_) failErrno("eventfd");
+  kickFd_ = Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!abortFd_ || !kickFd_) failErrno("eventfd");
+  tagged_ = std::make_unique<Tagged>(*this);
   // A process with a device driver loaded may hand over device memory, so the plugins are loaded to find its
   // runtime (Note [Memory plugins]) before the communicator takes the current device as its own.
   findDeviceRuntime(false);
@@ -64,6 +66,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   deviceRoute_.assign(nranks, nullptr);
   connectPeers(boot.ranks, deadline);
   connectDeviceRoutes(boot.ranks, deadline);
+  tagged_->start();
   model_ = buildCostModel(*this, oversubscribed_);
   executor_ = std::make_unique<Executor>(*this);
   CHORUS_INFO(kInit, "communicator ready: rank {} of {} on {}, commId {:016x}", rank, nranks, host, setup_.commId);
@@ -236,6 +239,7 @@ bool Comm::progress() {
   bool moved = false;
   for (transport::Transport* t : inUse_) moved |= t->progress();
   if (!staged_.empty()) moved |= finishStaged();
+  moved |= tagged_->progress();
   return moved;
 }
 
@@ -331,7 +335,12 @@ void Comm::sleepOnTransports() {
     fds.push_back({t->waitFd(), POLLIN, 0});
   }
   fds.push_back({abortFd_.get(), POLLIN, 0});
+  fds.push_back({kickFd_.get(), POLLIN, 0});
   ::poll(fds.data(), fds.size(), 100);
+  if (fds.back().revents & POLLIN) {
+    uint64_t n;
+    if (::read(kickFd_.get(), &n, sizeof n) < 0) { /* nonblocking: already drained */ }
+  }
 }
 
 void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) {
@@ -370,7 +379,7 @@ void Comm::irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req
 // the yield shrink by half after each wait that lasted longer than the full spin and yield, and grow back by a
 // factor of two after each shorter one (judged by its length, not by whether it slept: a shrunk spin sleeps more),
 // between 0 and what CHORUS_SPIN_US/CHORUS_YIELD_US say. Waits of one communicator run one at a time.
-void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
+void Comm::waitFor(FunctionRef<bool()> done, FunctionRef<std::string()> what) {
   using namespace std::chrono;
   Clock::time_point lastMove;  // set at the first look at the clock (idle == 16): most waits never need it
   const auto spin = microseconds(config_.spinUs >> impatience_);
@@ -383,7 +392,7 @@ void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
   bool spinning = true;
   while (!done()) {
     if (aborted_.load(std::memory_order_relaxed))
-      fail(chorusInvalidUsage, "{}: {} was interrupted by chorusCommAbort", name(), describe(tag));
+      fail(chorusInvalidUsage, "{}: {} was interrupted by chorusCommAbort", name(), what());
     if (progress()) {
       idle = 0;
       spinning = true;
@@ -405,13 +414,22 @@ void Comm::waitUntil(FunctionRef<bool()> done, const OpTag& tag) {
     if (now - lastMove > duration_cast<Clock::duration>(duration<double>(config_.timeoutSec)))  // only this late
       fail(chorusTimeout, "{}: {} made no progress for {} s (CHORUS_TIMEOUT, or the communicator's timeoutSec); a "
            "peer is stuck or unreachable",
-           name(), describe(tag), config_.timeoutSec);
+           name(), what(), config_.timeoutSec);
     sleepOnTransports();
   }
   const bool longWait = firstLook != Clock::time_point{} &&
                         Clock::now() - firstLook > microseconds(config_.spinUs + config_.yieldUs);
   if (longWait) impatience_ = std::min(impatience_ + 1, kMaxImpatience);
   else if (impatience_ > 0) --impatience_;
+}
+
+void Comm::driveTagged(FunctionRef<bool()> stop) {
+  waitFor([&] { return !tagged_->needsDriving() || stop(); }, [&] { return tagged_->describeOldest(); });
+}
+
+void Comm::kick() {
+  uint64_t one = 1;
+  if (::write(kickFd_.get(), &one, sizeof one) < 0) { /* the driver looks at the queue within 100 ms anyway */ }
 }
 
 uint8_t* Comm::scratch(const mem::Space& space, size_t bytes, int slot) {
@@ -497,6 +515,9 @@ void Comm::tellPeers() {
 
 void Comm::shutdown() {
   executor_->drain();
+  executor_->stop();  // its worker drives no tagged traffic from here on
+  tagged_->failAll(chorusInvalidUsage,
+                   fmt::format("{}: the communicator was destroyed while the operation was pending", name()));
   if (failed_.load())
     tellPeers();  // e.g. aborted while idle: the peers learn why instead of seeing a dead connection
   else

@@ -20,6 +20,7 @@
 #include "lib/base/env.h"
 #include "lib/base/error.h"
 #include "lib/comm/executor.h"
+#include "lib/comm/tagged.h"
 #include "lib/base/socket.h"
 #include "transports/ipc/ipc_transport.h"
 #include "transports/registry.h"
@@ -54,6 +55,20 @@ class Comm : public algo::Context {
   const mem::Space& space() const { return space_; }
   std::string name() const { return peer(rank()).name(); }
   Executor& executor() { return *executor_; }
+  Tagged& tagged() { return *tagged_; }
+
+  // Tagged point-to-point's messages: host memory, straight to the peer's transport (executing thread only).
+  void hostIsend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) {
+    route_[peer]->isend(peer, buf, len, tag, req);
+    bytesSent_.store(bytesSent_.load(std::memory_order_relaxed) + len, std::memory_order_relaxed);
+  }
+  void hostIrecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) {
+    route_[peer]->irecv(peer, buf, len, tag, req);
+  }
+  // The executor's worker, while no operation is queued: drives tagged traffic until it needs no driving or
+  // stop() says so (an operation was queued: kick() wakes a sleeping driver). Throws as waitUntil does.
+  void driveTagged(FunctionRef<bool()> stop);
+  void kick();
 
   // The space of the call the algorithms run now: its messages are staged through host memory where the CPU may
   // not touch it (Note [Staging device memory]).
@@ -80,7 +95,11 @@ class Comm : public algo::Context {
   }
   // Drives the transports until done() is true: spins CHORUS_SPIN_US, then sleeps in poll. Throws on abort,
   // on a transport error, and after CHORUS_TIMEOUT seconds without progress (naming the operation).
-  void waitUntil(FunctionRef<bool()> done, const OpTag& tag) final;
+  void waitUntil(FunctionRef<bool()> done, const OpTag& tag) final {
+    waitFor(done, [&] { return describe(tag); });
+  }
+  // waitUntil's loop; `what` names the operation in errors.
+  void waitFor(FunctionRef<bool()> done, FunctionRef<std::string()> what);
   uint8_t* scratch(const mem::Space& space, size_t bytes, int slot = 0) final;
   uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
@@ -129,6 +148,7 @@ class Comm : public algo::Context {
   Config config_;
   mem::Space space_;  // the device current at creation (host: none)
   transport::Setup setup_;
+  std::unique_ptr<Tagged> tagged_;  // before transports_: its buffers outlive their posted receives
   std::vector<std::unique_ptr<transport::Transport>> transports_;  // in this rank's order of preference
   std::vector<const transport::Descriptor*> descriptors_;         // of each of transports_
   std::vector<transport::Transport*> inUse_;  // those that serve at least one peer
@@ -147,6 +167,7 @@ class Comm : public algo::Context {
   algo::CostModel model_;
   std::unique_ptr<Executor> executor_;
   Fd abortFd_;  // eventfd: wakes a sleeping waiter on abort
+  Fd kickFd_;   // eventfd: wakes a sleeping driveTagged when an operation is queued
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};
   bool peersTold_ = false;

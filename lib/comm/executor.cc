@@ -32,6 +32,11 @@ void Executor::report(const Error& e, chorusResult_t* rc, std::string* msg) {
   Error f = comm_.markFailed(named ? e : Error(e.code(), fmt::format("{}: {}", who, e.what())));
   *rc = f.code();
   *msg = f.what();
+  comm_.tagged().failAll(f.code(), f.what());
+}
+
+void Executor::startWorker() {
+  if (!worker_.joinable()) worker_ = std::thread(&Executor::workerLoop, this);
 }
 
 void Executor::execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* msg) {
@@ -68,8 +73,9 @@ void Executor::runBlocking(FunctionRef<void()> fn) {
   auto done = std::make_shared<Completion>();
   queue_.push_back(Task{fn, {}, done});
   queued_.fetch_add(1);
-  if (!worker_.joinable()) worker_ = std::thread(&Executor::workerLoop, this);
+  startWorker();
   cv_.notify_all();
+  if (driving_.load()) comm_.kick();
   cv_.wait(g, [&] { return done->finished; });
   if (done->rc != chorusSuccess) throw Error(done->rc, done->msg);
 }
@@ -82,35 +88,67 @@ void Executor::runBlocking(FunctionRef<void()> fn) {
 // mutex, so it cannot fall between a waiter's check and its wait) is never lost.
 void Executor::releaseInline() {
   busy_.store(false);
-  if (queued_.load() != 0 || waiters_.load() != 0) {
+  if (queued_.load() != 0 || waiters_.load() != 0 || comm_.tagged().needsDriving()) {
     std::lock_guard<std::mutex> g(mu_);
+    startWorker();
     cv_.notify_all();
   }
 }
+
 
 void Executor::enqueue(Fn fn, std::vector<chorusStream*> streams) {
   for (chorusStream* s : streams) s->add();
   std::lock_guard<std::mutex> g(mu_);
   queue_.push_back(Task{std::move(fn), std::move(streams), nullptr});
   queued_.fetch_add(1);
-  if (!worker_.joinable()) worker_ = std::thread(&Executor::workerLoop, this);
+  startWorker();
   cv_.notify_all();
+  if (driving_.load()) comm_.kick();
 }
 
 void Executor::drain() {
   std::unique_lock<std::mutex> g(mu_);
   waiters_.fetch_add(1);  // before looking at busy_ (Note [Inline fast path])
-  cv_.wait(g, [&] { return queue_.empty() && !busy_.load(); });
+  cv_.wait(g, [&] { return queue_.empty() && (!busy_.load() || driving_.load()); });
   waiters_.fetch_sub(1);
+}
+
+void Executor::stop() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  comm_.kick();
+  if (worker_.joinable()) worker_.join();
+}
+
+// The worker's turn with nothing queued. Failures break the communicator (Executor::report fails what is in
+// flight) exactly as an operation's would.
+void Executor::drive(std::unique_lock<std::mutex>& g) {
+  driving_.store(true);
+  g.unlock();
+  chorusResult_t rc;
+  std::string msg;
+  execute([&] { comm_.driveTagged([&] { return queued_.load() != 0 || stop_.load(); }); }, &rc, &msg);
+  g.lock();
+  driving_.store(false);
+  busy_.store(false);
+  cv_.notify_all();
 }
 
 void Executor::workerLoop() {
   std::unique_lock<std::mutex> g(mu_);
+  auto tagged = [&] { return !stop_ && comm_.tagged().needsDriving() && !comm_.failed(); };
   while (true) {
-    cv_.wait(g, [&] { return stop_ || (!queue_.empty() && !busy_.load()); });
-    if (queue_.empty()) return;  // stop_ with nothing left
+    cv_.wait(g, [&] { return stop_ || (!busy_.load() && (!queue_.empty() || tagged())); });
+    if (queue_.empty() && !tagged()) return;  // stop_ with nothing left
     bool idle = false;
     if (!busy_.compare_exchange_strong(idle, true)) continue;  // an inline call got there first
+    if (queue_.empty()) {
+      drive(g);
+      continue;
+    }
     Task t = std::move(queue_.front());
     queue_.pop_front();
     queued_.fetch_sub(1);

@@ -1,7 +1,8 @@
 // Note [Issue order]: operations on one communicator run one at a time, in the order they were issued,
 // whatever stream they were given. A blocking call runs on the caller's thread when nothing is queued (no
 // hand-off latency); otherwise it queues behind the asynchronous work and waits. Asynchronous work runs on a
-// worker thread started on first use.
+// worker thread started on first use. While nothing is queued and tagged point-to-point has work in flight
+// (lib/comm/tagged.h), the worker drives it, giving way as soon as an operation is queued.
 #pragma once
 
 #include <atomic>
@@ -37,6 +38,8 @@ class Executor {
   void enqueue(Fn fn, std::vector<chorusStream*> streams);
   // Waits until every queued operation has finished.
   void drain();
+  // Ends the worker once the queue is empty; no tagged traffic is driven afterwards.
+  void stop();
 
  private:
   struct Task {
@@ -48,6 +51,8 @@ class Executor {
   void report(const Error& e, chorusResult_t* rc, std::string* msg);  // a failed operation
   void releaseInline();  // after an operation ran on the caller's thread
   void workerLoop();
+  void startWorker();  // with mu_ held
+  void drive(std::unique_lock<std::mutex>& g);  // tagged traffic, with busy_ claimed
 
   Comm& comm_;
   std::mutex mu_;
@@ -55,8 +60,9 @@ class Executor {
   std::deque<Task> queue_;                // guarded by mu_
   std::atomic<int> queued_{0};            // queue_.size(), readable without mu_
   std::atomic<int> waiters_{0};           // drain() calls waiting for the executor to become idle
-  std::atomic<bool> busy_{false};         // an operation is running (inline or on the worker)
-  bool stop_ = false;
+  std::atomic<bool> busy_{false};         // an operation is running (inline or on the worker), or the worker drives
+  std::atomic<bool> driving_{false};      // the worker drives tagged traffic (busy_ is set too)
+  std::atomic<bool> stop_{false};  // written under mu_; the driver reads it without
   std::thread worker_;
 };
 

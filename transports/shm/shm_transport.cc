@@ -110,7 +110,7 @@ struct Peer {
   Fifo* in = nullptr;
   uint64_t next = 0;
   uint64_t directDone = 0;  // bytes of the current direct-copy slot already copied
-  std::deque<RecvMsg> recvq;
+  std::deque<RecvMsg> recvq[kMessageClasses];  // Note [Message classes] in lib/base/ops.h
 
   PairSegment* s() const { return seg.get(); }
   bool peerReadsUs() const { return s()->canRead[1 - side].v.load(std::memory_order_relaxed) == 1; }
@@ -216,7 +216,7 @@ class ShmTransport final : public Transport {
     Peer& p = *peers_.at(peer);
     req->done = false;
     req->pendingParts = 1;
-    p.recvq.push_back(RecvMsg{static_cast<uint8_t*>(buf), len, 0, tag, req});
+    p.recvq[messageClass(tag)].push_back(RecvMsg{static_cast<uint8_t*>(buf), len, 0, tag, req});
     pumpRecvs(p);
   }
 
@@ -227,7 +227,8 @@ class ShmTransport final : public Transport {
     Peer& p = *peers_.at(peer);
     req->done = false;
     req->pendingParts = 1;
-    p.recvq.push_back(RecvMsg{static_cast<uint8_t*>(dst), len, 0, tag, req, static_cast<const uint8_t*>(src), dtype, op});
+    p.recvq[messageClass(tag)].push_back(
+        RecvMsg{static_cast<uint8_t*>(dst), len, 0, tag, req, static_cast<const uint8_t*>(src), dtype, op});
     pumpRecvs(p);
     return true;
   }
@@ -328,8 +329,8 @@ class ShmTransport final : public Transport {
   }
 
   bool hasWork(Peer& p) const {
-    if (!p.recvq.empty() && p.in->slots[p.next % kSlots].h.ready.load(std::memory_order_seq_cst) == p.next + 1)
-      return true;
+    const SlotHeader& h = p.in->slots[p.next % kSlots].h;
+    if (h.ready.load(std::memory_order_seq_cst) == p.next + 1 && !p.recvq[messageClass(tagOf(h))].empty()) return true;
     uint64_t tail = p.out->tail.v.load(std::memory_order_seq_cst);
     if (!p.sendq.empty() && p.head - tail < kSlots) return true;
     return !p.direct.empty() && tail >= p.direct.front().doneAt;
@@ -396,11 +397,13 @@ class ShmTransport final : public Transport {
 
   bool pumpRecvs(Peer& p) {
     bool released = false, moved = false;
-    while (!p.recvq.empty()) {
+    while (!p.recvq[0].empty() || !p.recvq[1].empty()) {
       Slot& slot = p.in->slots[p.next % kSlots];
       const SlotHeader& h = slot.h;
       if (h.ready.load(std::memory_order_acquire) != p.next + 1) break;
-      RecvMsg& m = p.recvq.front();
+      std::deque<RecvMsg>& q = p.recvq[messageClass(tagOf(h))];
+      if (q.empty()) break;  // the FIFO holds it until a receive of its class is posted
+      RecvMsg& m = q.front();
       if (!(tagOf(h) == m.tag) || h.msgLen != m.len) mismatch(p, h, m);
       if (h.type == SlotType::Small) {
         if (m.len > kSmallBytes) corrupt(p, h);
@@ -434,7 +437,7 @@ class ShmTransport final : public Transport {
       released = true;
       if (m.got == m.len) {
         complete(m.req);
-        p.recvq.pop_front();
+        q.pop_front();
       }
     }
     if (released) wake(p);
@@ -499,7 +502,9 @@ class ShmTransport final : public Transport {
 
   // A gone peer's published data has been delivered by now; anything still waiting on it never completes.
   void failIfStuck(Peer& p) {
-    const OpTag* tag = !p.recvq.empty()   ? &p.recvq.front().tag
+    const bool tagged = !p.recvq[1].empty() && !standing(p.recvq[1].front().tag);
+    const OpTag* tag = !p.recvq[0].empty() ? &p.recvq[0].front().tag
+                       : tagged            ? &p.recvq[1].front().tag
                        : !p.sendq.empty()  ? &p.sendq.front().tag
                        : !p.direct.empty() ? &p.direct.front().tag
                                            : nullptr;

@@ -130,7 +130,7 @@ class TcpTransport final : public Transport {
     bool blocked = false;
     for (auto& [peer, socks] : conns_)
       for (auto& s : socks) {
-        waiting += s->recvPosted() ? 1 : 0;
+        waiting += s->recvExpected() ? 1 : 0;
         blocked |= s->sendBlocked();
       }
     if (waiting > 2 || blocked || ++spins_ % kEpollEvery == 0) {
@@ -143,7 +143,7 @@ class TcpTransport final : public Transport {
     } else {
       for (auto& [peer, socks] : conns_)
         for (auto& s : socks)
-          if (s->recvPosted()) s->onEvents(EPOLLIN);
+          if (s->recvExpected()) s->onEvents(EPOLLIN);
     }
     // Reads first: an abort frame from a failing peer explains a send error that may follow on its socket.
     // Control connections first: a peer's abort reason must win over the broken data connection it causes.

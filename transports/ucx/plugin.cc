@@ -66,5 +66,5 @@ const PluginSpec kSpec{
 
 }  // namespace chorus::transport::ucx
 
-extern "C" CHORUS_PLUGIN_EXPORT const chorusTransportPlugin_v3_t chorusTransportPlugin_v3 =
+extern "C" CHORUS_PLUGIN_EXPORT const chorusTransportPlugin_v4_t chorusTransportPlugin_v4 =
     chorus::transport::exportPlugin(chorus::transport::ucx::kSpec);

@@ -2,8 +2,9 @@
 //  Vocabulary. The transport owns one UCP context, one worker (thread mode SERIALIZED: one thread at a time, not
 //  always the same one) and one endpoint per peer. An Op is one isend/irecv or control message; its Parts are
 //  the UCP operations it posted, each a UCP request freed exactly once, after it completed. A UCP tag holds the
-//  message class in bits 63..62 (data, control) and the sender's rank in bits 31..0; receives match all 64 bits,
-//  so UCX matches one sender's messages of one class in the order they were sent.
+//  message class in bits 63..62 (data, control, tagged: Note [Message classes] in lib/base/ops.h) and the
+//  sender's rank in bits 31..0; receives match all 64 bits, so UCX matches one sender's messages of one class
+//  in the order they were sent.
 //
 //  Data. Every message opens with a WireHeader repeating its OpTag and length, which the receiver compares with
 //  what it posted (Note [Message tags] in transports/transport.h). Up to kCopyBytes, header and payload travel as
@@ -166,7 +167,7 @@ class UcxTransport final : public Transport {
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
     Peer& p = connected(peer);
     WireHeader h{tag.seq, tag.count, tag.root, static_cast<uint8_t>(tag.kind), tag.dtype, tag.redop, 0, len};
-    const uint64_t t = tagFor(kDataClass, setup_.rank);
+    const uint64_t t = tagFor(messageClass(tag) == 0 ? kDataClass : kTaggedClass, setup_.rank);
     if (len <= kInlineBytes) {  // UCX copies it out at once, or says it cannot: then it takes the path below
       alignas(8) uint8_t stage[kHeaderBytes + kInlineBytes];
       if (sendAtOnce(p.ep.get(), stage, packCopied(stage, h, buf, len), t) == UCS_OK) {
@@ -190,7 +191,7 @@ class UcxTransport final : public Transport {
     Peer& p = connected(peer);
     req->done = false;
     Op& op = takeOp(Role::Recv, &p, req, static_cast<uint8_t*>(buf), len, tag);
-    const uint64_t t = tagFor(kDataClass, peer);
+    const uint64_t t = tagFor(messageClass(tag) == 0 ? kDataClass : kTaggedClass, peer);
     postRecv(op.parts[0], worker_.get(), op.bounce.get(), kFirstBytes, t);
     if (len > kCopyBytes) postRecv(op.parts[1], worker_.get(), buf, len, t);
     processDone();
@@ -372,8 +373,10 @@ class UcxTransport final : public Transport {
   void checkPeers() {
     for (Peer* p : connected_) {
       if (!p->failed() && !p->bye) continue;
-      if (p->first != nullptr) {
-        lost(peerLost(*p, p->first->tag));
+      const Op* owed = p->first;  // the oldest operation in flight with p, not counting the standing receive
+      while (owed != nullptr && standing(owed->tag)) owed = owed->next;
+      if (owed != nullptr) {
+        lost(peerLost(*p, owed->tag));
       } else if (p->failed() && !p->reported) {
         p->reported = true;
         CHORUS_DEBUG(kNet, "{}: {} is gone ({}), with nothing in flight", self(), p->name,
@@ -429,7 +432,7 @@ class UcxTransport final : public Transport {
       for (Part& part : op->parts) {
         if (part.req == nullptr || part.done) continue;
         if (op->role == Role::Recv) ucp_request_cancel(worker_.get(), part.req);
-        left = left || !part.done;
+        left = left || (!part.done && !standing(op->tag));  // that one's buffer outlives the transport
       }
     }
     return left;

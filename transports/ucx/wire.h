@@ -12,6 +12,7 @@ constexpr uint32_t kWireVersion = 1;
 // Bits 63..62: message class; bits 31..0: the sender's rank. Receives match all 64 bits.
 constexpr uint64_t kDataClass = 0;
 constexpr uint64_t kControlClass = uint64_t{1} << 62;
+constexpr uint64_t kTaggedClass = uint64_t{2} << 62;  // Note [Message classes] in lib/base/ops.h
 constexpr uint64_t kFullMask = ~uint64_t{0};
 constexpr uint64_t tagFor(uint64_t cls, int senderRank) { return cls | static_cast<uint32_t>(senderRank); }
 

@@ -1,0 +1,260 @@
+#include "lib/comm/tagged.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <iterator>
+
+#include "lib/comm/comm.h"
+
+namespace chorus {
+
+namespace {
+std::string from(int peer) { return peer == CHORUS_ANY_SOURCE ? "any source" : fmt::format("rank {}", peer); }
+}  // namespace
+
+std::string describe(const TaggedOp& op) {
+  if (op.isRecv) return fmt::format("tagged receive (tag {} from {}, {} bytes)", op.tag, from(op.peer), op.bytes);
+  return fmt::format("tagged send (tag {} to rank {}, {} bytes)", op.tag, op.peer, op.bytes);
+}
+
+Tagged::Tagged(Comm& comm) : comm_(comm) {}
+Tagged::~Tagged() = default;
+
+void Tagged::start() {
+  const int n = comm_.nranks();
+  sendSeq_.assign(n, 0);
+  recvSeq_.assign(n, 0);
+  in_ = std::vector<Incoming>(n);
+  for (int p = 0; p < n; ++p)
+    if (p != comm_.rank()) postEnvelope(p);
+  started_ = true;
+}
+
+OpTag Tagged::envelopeTag(uint64_t seq) const {
+  OpTag t;
+  t.seq = seq;
+  t.kind = OpKind::Tagged;
+  t.root = kEnvelopeRoot;
+  return t;
+}
+
+OpTag Tagged::payloadTag(uint64_t seq, uint64_t bytes) const {
+  OpTag t;
+  t.seq = seq;
+  t.count = bytes;
+  t.kind = OpKind::Tagged;
+  return t;
+}
+
+void Tagged::postEnvelope(int peer) {
+  Incoming& in = in_[peer];
+  comm_.hostIrecv(peer, &in.env, sizeof in.env, envelopeTag(recvSeq_[peer]++), &in.envReq);
+}
+
+bool Tagged::fits(const TaggedOp& recv, int peer, int tag) {
+  return (recv.peer == CHORUS_ANY_SOURCE || recv.peer == peer) && recv.tag == tag;
+}
+
+std::string Tagged::sizeMismatch(const TaggedOp& recv, int sender, size_t bytes) const {
+  return fmt::format("{}: its {} matched a message of {} bytes from {} (sizes must be equal); the message is "
+                     "dropped", comm_.name(), describe(recv), bytes, comm_.peer(sender).name());
+}
+
+void Tagged::finish(std::unique_ptr<TaggedOp> op, chorusResult_t rc, const std::string& text) {
+  auto done = std::move(op->onDone);
+  op.reset();
+  done(rc, text);
+}
+
+void Tagged::finishRecv(std::unique_ptr<TaggedOp> op, int sender, const void* data, size_t bytes) {
+  if (bytes > 0) std::memcpy(op->buf, data, bytes);
+  if (op->source != nullptr) *op->source = sender;
+  finish(std::move(op), chorusSuccess, {});
+}
+
+void Tagged::updateDriving() {
+  needsDriving_.store(!posted_.empty() || !out_.empty() || reading_ > 0, std::memory_order_relaxed);
+}
+
+void Tagged::post(std::unique_ptr<TaggedOp> op) {
+  if (!op->isRecv) {
+    if (op->peer == comm_.rank()) {
+      deliverLocal(std::move(op));
+    } else {
+      Outgoing& o = out_.emplace_back();
+      o.op = std::move(op);
+      const int p = o.op->peer;
+      o.env = Envelope{o.op->tag, 0, o.op->bytes};
+      comm_.hostIsend(p, &o.env, sizeof o.env, envelopeTag(sendSeq_[p]++), &o.envReq);
+      if (o.op->bytes > 0)
+        comm_.hostIsend(p, o.op->buf, o.op->bytes, payloadTag(sendSeq_[p]++, o.op->bytes), &o.payloadReq);
+      else
+        o.payloadReq.done = true;
+    }
+    updateDriving();
+    return;
+  }
+  // A receive takes the oldest message that fits and no other receive took yet.
+  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+    if (it->taker != nullptr || it->dropped || !fits(*op, it->peer, it->tag)) continue;
+    if (it->data.size() != op->bytes) {
+      const std::string why = sizeMismatch(*op, it->peer, it->data.size());
+      if (it->arrived) unexpected_.erase(it);
+      else it->dropped = true;
+      finish(std::move(op), chorusInvalidUsage, why);
+    } else if (it->arrived) {
+      finishRecv(std::move(op), it->peer, it->data.data(), it->data.size());
+      unexpected_.erase(it);
+    } else {
+      it->taker = std::move(op);
+    }
+    updateDriving();
+    return;
+  }
+  posted_.push_back(std::move(op));
+  updateDriving();
+}
+
+// A send to this rank itself: delivered at once, to a waiting receive or to the unexpected queue.
+void Tagged::deliverLocal(std::unique_ptr<TaggedOp> send) {
+  const int me = comm_.rank();
+  auto it = posted_.begin();
+  while (it != posted_.end() && !fits(**it, me, send->tag)) ++it;
+  if (it == posted_.end()) {
+    const auto* b = static_cast<const uint8_t*>(send->buf);
+    unexpected_.push_back(Unexpected{me, send->tag, std::vector<uint8_t>(b, b + send->bytes), true, false, nullptr});
+  } else {
+    std::unique_ptr<TaggedOp> recv = std::move(*it);
+    posted_.erase(it);
+    if (recv->bytes == send->bytes) {
+      finishRecv(std::move(recv), me, send->buf, send->bytes);
+    } else {
+      const std::string why = sizeMismatch(*recv, me, send->bytes);
+      finish(std::move(recv), chorusInvalidUsage, why);
+    }
+  }
+  finish(std::move(send), chorusSuccess, {});
+}
+
+void Tagged::onEnvelope(int peer) {
+  Incoming& in = in_[peer];
+  const Envelope env = in.env;
+  auto it = posted_.begin();
+  while (it != posted_.end() && !fits(**it, peer, env.tag)) ++it;
+  const bool matched = it != posted_.end();
+  std::unique_ptr<TaggedOp> recv;
+  if (matched) {
+    recv = std::move(*it);
+    posted_.erase(it);
+    if (recv->bytes != env.bytes) {  // the message is consumed and dropped, as MPI's truncation error does
+      const std::string why = sizeMismatch(*recv, peer, env.bytes);
+      finish(std::move(recv), chorusInvalidUsage, why);
+    }
+  }
+  if (env.bytes == 0) {
+    if (recv != nullptr) finishRecv(std::move(recv), peer, nullptr, 0);
+    else if (!matched) unexpected_.push_back(Unexpected{peer, env.tag, {}, true, false, nullptr});
+  } else {
+    void* dst;
+    if (recv != nullptr) {
+      in.op = std::move(recv);
+      dst = in.op->buf;
+    } else if (matched) {
+      in.discard.resize(env.bytes);
+      dst = in.discard.data();
+    } else {
+      unexpected_.push_back(Unexpected{peer, env.tag, std::vector<uint8_t>(env.bytes), false, false, nullptr});
+      in.spare = std::prev(unexpected_.end());
+      dst = in.spare->data.data();
+    }
+    in.reading = true;
+    ++reading_;
+    comm_.hostIrecv(peer, dst, env.bytes, payloadTag(recvSeq_[peer]++, env.bytes), &in.payloadReq);
+  }
+  postEnvelope(peer);
+}
+
+void Tagged::onPayload(int peer) {
+  Incoming& in = in_[peer];
+  in.reading = false;
+  --reading_;
+  if (in.op != nullptr) {
+    if (in.op->source != nullptr) *in.op->source = peer;
+    finish(std::move(in.op), chorusSuccess, {});
+  } else if (!in.discard.empty()) {
+    std::vector<uint8_t>().swap(in.discard);
+  } else {
+    auto u = in.spare;
+    u->arrived = true;
+    if (u->taker != nullptr) {
+      finishRecv(std::move(u->taker), peer, u->data.data(), u->data.size());
+      unexpected_.erase(u);
+    } else if (u->dropped) {
+      unexpected_.erase(u);
+    }
+  }
+}
+
+bool Tagged::progress() {
+  if (!started_) return false;
+  bool moved = false;
+  for (auto it = out_.begin(); it != out_.end();) {
+    if (it->envReq.done && it->payloadReq.done) {
+      finish(std::move(it->op), chorusSuccess, {});
+      it = out_.erase(it);
+      moved = true;
+    } else {
+      ++it;
+    }
+  }
+  const int n = static_cast<int>(in_.size());
+  for (int p = 0; p < n; ++p) {
+    Incoming& in = in_[p];
+    if (in.reading && in.payloadReq.done) {
+      onPayload(p);
+      moved = true;
+    }
+    // A peer's payload precedes its next envelope; a transport may still report the envelope first (UCX completes
+    // a large payload's rendezvous later): it waits until the payload is in.
+    if (!in.reading && p != comm_.rank() && in.envReq.done) {
+      onEnvelope(p);
+      moved = true;
+    }
+  }
+  if (moved) updateDriving();
+  return moved;
+}
+
+void Tagged::failAll(chorusResult_t code, const std::string& text) {
+  std::vector<std::unique_ptr<TaggedOp>> ops;
+  for (auto& op : posted_) ops.push_back(std::move(op));
+  posted_.clear();
+  for (Outgoing& o : out_) ops.push_back(std::move(o.op));
+  out_.clear();
+  for (Incoming& in : in_) {
+    if (in.op != nullptr) ops.push_back(std::move(in.op));
+    in.reading = false;
+  }
+  for (Unexpected& u : unexpected_)
+    if (u.taker != nullptr) ops.push_back(std::move(u.taker));
+  unexpected_.clear();
+  reading_ = 0;
+  started_ = false;  // the transports' requests are no longer looked at
+  updateDriving();
+  for (auto& op : ops) {
+    const std::string what = describe(*op);
+    finish(std::move(op), code, text.find(what) == std::string::npos ? fmt::format("{} (ending its {})", text, what)
+                                                                     : text);
+  }
+}
+
+std::string Tagged::describeOldest() const {
+  if (!posted_.empty()) return describe(*posted_.front());
+  if (!out_.empty()) return describe(*out_.front().op);
+  for (const Incoming& in : in_)
+    if (in.op != nullptr) return describe(*in.op);
+  return "a tagged message being received";
+}
+
+}  // namespace chorus
