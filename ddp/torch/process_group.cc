@@ -60,7 +60,8 @@ ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& st
 }
 
 ProcessGroupChorus::~ProcessGroupChorus() {
-  completer_.close();  // its streams belong to the communicator
+  completer_.close();  // their streams belong to the communicator
+  p2pCompleter_.close();
   if (comm_ != nullptr) chorusCommDestroy(comm_);
 }
 
@@ -90,7 +91,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::run(c10d::OpType type, const 
   }
   auto work = c10::make_intrusive<ChorusWork>(getRank(), type, stream, call, std::move(outputs),
                                               std::move(keep), std::move(after));
-  completer_.push(work);
+  const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV || type == c10d::OpType::RECVANYSOURCE;
+  (p2p ? p2pCompleter_ : completer_).push(work);
   return work;
 }
 
@@ -409,28 +411,38 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(Tensors& outputs, Te
   }, back, /*group=*/true);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(Tensors& tensors, int dstRank, int) {
+// send/recv match by torch's tag (Chorus's tagged point-to-point): messages between two ranks need not be received
+// in the order they were sent, and a send never waits for its receive.
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(Tensors& tensors, int dstRank, int tag) {
   const at::Tensor& t = single(tensors, "tensor");
   checkRank(dstRank, "dst");
   const chorusDataType_t dt = dataType(t, "tensor");
   at::Tensor src = t.contiguous();
   return run(c10d::OpType::SEND, "send", tensors, {src}, [&](chorusStream_t s) {
-    return chorusSend(src.data_ptr(), count(src), dt, dstRank, comm_, s);
+    return chorusSendTagged(src.data_ptr(), count(src), dt, dstRank, tag, comm_, s);
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(Tensors& tensors, int srcRank, int) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(Tensors& tensors, int srcRank, int tag) {
   const at::Tensor& t = single(tensors, "tensor");
   checkRank(srcRank, "src");
   const chorusDataType_t dt = dataType(t, "tensor");
   Contiguous c = contiguous(t);
   return run(c10d::OpType::RECV, "recv", tensors, {c.buf}, [&](chorusStream_t s) {
-    return chorusRecv(c.buf.data_ptr(), count(c.buf), dt, srcRank, comm_, s);
+    return chorusRecvTagged(c.buf.data_ptr(), count(c.buf), dt, srcRank, tag, nullptr, comm_, s);
   }, c.back);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(Tensors&, int) {
-  TORCH_CHECK(false, "chorus: recv from any source is not supported yet (pass src)");
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(Tensors& tensors, int tag) {
+  const at::Tensor& t = single(tensors, "tensor");
+  const chorusDataType_t dt = dataType(t, "tensor");
+  Contiguous c = contiguous(t);
+  auto source = std::make_shared<int>(-1);
+  auto work = run(c10d::OpType::RECVANYSOURCE, "recv from any source", tensors, {c.buf}, [&](chorusStream_t s) {
+    return chorusRecvTagged(c.buf.data_ptr(), count(c.buf), dt, CHORUS_ANY_SOURCE, tag, source.get(), comm_, s);
+  }, c.back);
+  static_cast<ChorusWork*>(work.get())->setSource(source);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::barrier(const c10d::BarrierOptions&) {

@@ -67,6 +67,9 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
 
   chorusComm_t comm_ = nullptr;
   Completer completer_;
+  // Point-to-point Works complete in an order of their own: a receive waiting for its message must not hold up
+  // the Futures of the collectives issued after it (DDP's).
+  Completer p2pCompleter_;
 };
 
 }  // namespace chorus::torchpg

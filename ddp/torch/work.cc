@@ -22,6 +22,12 @@ ChorusWork::~ChorusWork() {
   if (stream_ != nullptr) chorusStreamDestroy(stream_);
 }
 
+int ChorusWork::sourceRank() const {
+  TORCH_CHECK(source_ != nullptr, "chorus: sourceRank() is known only for a recv from any source (", call_, ")");
+  TORCH_CHECK(*source_ >= 0, "chorus: sourceRank() of ", call_, " before it completed (wait() first)");
+  return *source_;
+}
+
 bool ChorusWork::wait(std::chrono::milliseconds timeout) {
   complete(nullptr);
   return Work::wait(timeout);

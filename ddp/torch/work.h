@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,6 +45,9 @@ class ChorusWork final : public c10d::Work {
              std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> after);
   ~ChorusWork() override;
   std::vector<at::Tensor> result() override { return outputs_; }
+  // recvAnysource's: the rank the message came from, once the Work completed.
+  int sourceRank() const override;
+  void setSource(std::shared_ptr<int> source) { source_ = std::move(source); }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   // The thread that waits runs the completion itself (no hand-off to the completer's thread), once, and the
   // Future's callbacks too.
@@ -58,6 +62,7 @@ class ChorusWork final : public c10d::Work {
   std::string call_;
   std::vector<at::Tensor> outputs_, keep_;
   std::function<void()> after_;
+  std::shared_ptr<int> source_;  // written by chorusRecvTagged before the stream completes
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::once_flag once_;
 };

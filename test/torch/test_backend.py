@@ -231,9 +231,54 @@ def case_p2p_and_errors(rank, world, gloo):
     assert all(torch.equal(t, torch.full_like(t, world)) for t in ts), "all_reduce_coalesced"
 
 
+def case_tags_and_any_source(rank, world, gloo):
+    """send/recv match by tag, recv without src takes whichever rank sends first: the same on chorus and gloo."""
+    for group in (None, gloo):
+        # rank 0 sends tag 1 then tag 2 to every other rank, which receives tag 2 first
+        if rank == 0:
+            reqs = []
+            for peer in range(1, world):
+                reqs += [dist.isend(inputs(peer, 5, torch.float32), peer, group=group, tag=1),
+                         dist.isend(inputs(peer + 10, 1031, torch.float32), peer, group=group, tag=2)]
+            for r in reqs:
+                r.wait()
+        else:
+            second = torch.empty(1031)
+            dist.recv(second, src=0, group=group, tag=2)
+            # chorus takes a non-contiguous tensor (through a copy); gloo refuses one
+            first = torch.empty(5, 2)[:, 0] if group is None else torch.empty(5)
+            dist.recv(first, src=0, group=group, tag=1)
+            assert torch.equal(second, inputs(rank + 10, 1031, torch.float32)), "tag 2 received first"
+            assert torch.equal(first, inputs(rank, 5, torch.float32)), "tag 1 (non-contiguous) received second"
+        # any source: every other rank sends to rank 0, which learns who sent each message
+        if rank == 0:
+            sources = set()
+            for _ in range(world - 1):
+                t = torch.empty(7, dtype=torch.int64)
+                src = dist.recv(t, group=group, tag=7)
+                assert torch.equal(t, inputs(src, 7, torch.int64)), f"message from {src}"
+                sources.add(src)
+            assert sources == set(range(1, world)), f"sources {sources}"
+        else:
+            dist.send(inputs(rank, 7, torch.int64), 0, group=group, tag=7)
+        dist.barrier(group=group)
+    # a receive waiting on rank 1 does not hold up the collectives after it, nor their futures
+    got = torch.empty(3)
+    pending = dist.irecv(got, src=0, tag=3) if rank == 1 else None
+    t = torch.ones(4)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    assert torch.equal(fut.wait()[0], torch.full((4,), float(world))), "all_reduce beside a pending recv"
+    if rank == 0:
+        dist.send(torch.full((3,), 9.0), 1, tag=3)
+    if pending is not None:
+        pending.wait()
+        assert torch.equal(got, torch.full((3,), 9.0)), "the pending recv"
+
+
 @pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("case", [case_allreduce, case_movement, case_reductions, case_p2p_and_errors],
-                         ids=["allreduce", "movement", "reductions", "p2p_futures_errors_groups"])
+@pytest.mark.parametrize("case", [case_allreduce, case_movement, case_reductions, case_p2p_and_errors,
+                                  case_tags_and_any_source],
+                         ids=["allreduce", "movement", "reductions", "p2p_futures_errors_groups", "tags_any_source"])
 def test_against_gloo(world, case):
     spawn(world, case)
 
