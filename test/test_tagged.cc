@@ -1,6 +1,7 @@
 // Tagged point-to-point (chorusSendTagged / chorusRecvTagged): receives match by source and tag, not by order;
 // CHORUS_ANY_SOURCE takes whichever message fits first; one sender's messages of one tag keep their order; sends
-// never wait for their receive, so collectives run while tagged messages wait, in either order; a size mismatch
+// never wait for their receive, and the two kinds of messages travel apart, so collectives and tagged messages
+// never wait for each other, in either order; a size mismatch
 // fails the receive only; bad arguments are refused by name; a pending receive ends on abort, on its timeout and
 // on destroy instead of hanging. A randomised plan compares every payload with the one sent, across the
 // transports' size thresholds, with receives posted in shuffled order and collectives in between.
@@ -144,6 +145,31 @@ TEST(Tagged, CollectivesRunWhileMessagesWaitForTheirReceive) {
       expectEqual(got, big, "the large message");
     } else {
       allReduce();
+    }
+  });
+  EXPECT_TRUE(errs.empty()) << errs[0];
+  destroyAll(comms);
+}
+
+// The other way round: rank 0's Broadcast finishes without rank 1 (its message waits in rank 1's transport), then
+// rank 0 sends a tagged message that rank 1 waits for before it enters the Broadcast. The tagged message travels
+// apart from the Broadcast's (its own FIFO, connection or UCX tag class), so it is not held behind it.
+TEST(Tagged, AMessageSentAfterAnEagerCollectiveIsNotHeldBehindIt) {
+  Watchdog wd;
+  auto comms = makeComms(2);
+  auto errs = onAll(comms, [&](int r, chorusComm_t c) {
+    std::vector<float> b = r == 0 ? filled(64, 3) : std::vector<float>(64), msg = filled(100, 8), got(100);
+    auto broadcast = [&] {
+      check(chorusBroadcast(b.data(), b.data(), b.size(), chorusFloat32, 0, c, nullptr), c, "Broadcast");
+    };
+    if (r == 0) {
+      broadcast();
+      check(chorusSendTagged(msg.data(), msg.size(), chorusFloat32, 1, 8, c, nullptr), c, "send");
+    } else {
+      check(chorusRecvTagged(got.data(), got.size(), chorusFloat32, 0, 8, nullptr, c, nullptr), c, "recv");
+      expectEqual(got, msg, "the tagged message");
+      broadcast();
+      expectEqual(b, filled(64, 3), "the Broadcast");
     }
   });
   EXPECT_TRUE(errs.empty()) << errs[0];

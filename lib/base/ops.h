@@ -30,10 +30,12 @@ struct OpTag {
 std::string describe(const OpTag& tag);  // "AllReduce #5 (count 10, float32, sum)"
 
 // Note [Message classes]: between two ranks, messages form two classes, each delivered in the order it was
-// posted: tagged point-to-point's (kind Tagged: lib/comm/tagged.h) and everyone else's. A transport matches an
-// arriving message against the oldest receive posted in its class, so tagged traffic, which the receiver takes
-// in whatever order it arrives, never stands in the way of a collective's. Tagged messages are an envelope (seq
-// counts this pair's tagged messages, count 0, root kEnvelopeRoot) and, unless empty, its payload (count bytes).
+// posted and each travelling apart from the other: tagged point-to-point's (kind Tagged: lib/comm/tagged.h) and
+// everyone else's. Every transport keeps them apart (shm: a FIFO pair per class; tcp: a connection for tagged
+// messages; ucx: a UCP tag class each), so a message waiting for its receive in one class never holds up the
+// other: tagged messages, which the receiver takes in whatever order they come, neither wait behind a collective
+// that has not started on this rank nor stand in its way. Tagged messages are an envelope (seq counts this pair's
+// tagged messages, count 0, root kEnvelopeRoot) and, unless empty, its payload (count bytes).
 constexpr int kMessageClasses = 2;
 constexpr int32_t kEnvelopeRoot = -2;
 inline int messageClass(const OpTag& t) { return t.kind == OpKind::Tagged ? 1 : 0; }

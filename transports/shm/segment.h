@@ -1,4 +1,4 @@
-// The memory two ranks share: one segment per pair of ranks, holding one FIFO per direction.
+// The memory two ranks share: one segment per pair of ranks, holding one FIFO per direction and message class.
 //
 // Each FIFO is single-producer/single-consumer and lock-free. A slot's first cache line is its header; its
 // `ready` word is written last (release) with the slot's FIFO index + 1, so a consumer polls exactly the line
@@ -18,10 +18,10 @@
 namespace chorus::transport::shm {
 
 constexpr size_t kLine = 64;
-constexpr uint32_t kSlots = 16;           // per direction: 1 MiB (see Note [Shared-memory data path])
+constexpr uint32_t kSlots = 16;           // per direction and class: 1 MiB (see Note [Shared-memory data path])
 constexpr size_t kSlotBytes = 64 * 1024;  // one header line + payload
 constexpr size_t kSlotPayload = kSlotBytes - kLine;
-constexpr uint64_t kSegmentMagic = 0x43484f5255534d31;  // "CHORUSM1"
+constexpr uint64_t kSegmentMagic = 0x43484f5255534d32;  // "CHORUSM2": a FIFO pair per message class
 
 // Small: the whole message sits in the header line itself (one cache line from producer to consumer).
 // Inline: bytes [offset, offset + len) of the message follow the header. Rendezvous: they are at `addr` in
@@ -68,7 +68,7 @@ struct PairSegment {
   Line asleep[2];   // side s is about to sleep in poll(): wake it with a byte on the pair's socket
   Line canRead[2];  // side s can copy straight out of the other side's memory: 0 unknown, 1 yes, 2 no
   Line membarrier[2];  // side s runs in a process registered for membarrier(GLOBAL_EXPEDITED): 1 yes
-  Fifo fifo[2];     // fifo[s]: side s produces, side 1 - s consumes
+  Fifo fifo[2][2];  // fifo[c][s]: message class c (lib/base/ops.h); side s produces, side 1 - s consumes
 };
 
 // A shared mapping of a PairSegment, backed by a memfd that never has a name in any file system (so a killed

@@ -86,20 +86,13 @@ struct RecvMsg {
   chorusRedOp_t op = chorusSum;
 };
 
-struct Peer {
-  int rank = -1;
-  const PeerInfo* info = nullptr;
-  int side = 0;  // this rank's side of the pair segment
-  Fd sock;
-  Segment seg;
-  int pid = 0;
-  bool sameProcess = false;
-  FrameReader control;
-  bool gone = false;
+// One FIFO per direction for each message class (Note [Message classes] in lib/base/ops.h): collectives' messages
+// and tagged point-to-point's travel apart, so that neither waits behind the other.
+struct Lane {
   // producer
   Fifo* out = nullptr;
   uint64_t head = 0, tailSeen = 0;
-  std::deque<SendMsg> sendq;                        // not yet (wholly) in the FIFO
+  std::deque<SendMsg> sendq;  // not yet (wholly) in the FIFO
   struct DirectSend {
     uint64_t doneAt;  // complete once the consumer's tail reaches this
     Request* req;
@@ -110,7 +103,21 @@ struct Peer {
   Fifo* in = nullptr;
   uint64_t next = 0;
   uint64_t directDone = 0;  // bytes of the current direct-copy slot already copied
-  std::deque<RecvMsg> recvq[kMessageClasses];  // Note [Message classes] in lib/base/ops.h
+  std::deque<RecvMsg> recvq;
+};
+
+struct Peer {
+  int rank = -1;
+  const PeerInfo* info = nullptr;
+  int side = 0;  // this rank's side of the pair segment
+  Fd sock;
+  Segment seg;
+  int pid = 0;
+  bool sameProcess = false;
+  FrameReader control;
+  bool gone = false;
+  Lane lanes[kMessageClasses];
+  Lane& lane(const OpTag& t) { return lanes[messageClass(t)]; }
 
   PairSegment* s() const { return seg.get(); }
   bool peerReadsUs() const { return s()->canRead[1 - side].v.load(std::memory_order_relaxed) == 1; }
@@ -208,16 +215,18 @@ class ShmTransport final : public Transport {
     Peer& p = *peers_.at(peer);
     req->done = false;
     req->pendingParts = 1;
-    p.sendq.push_back(SendMsg{static_cast<const uint8_t*>(buf), len, 0, tag, req});
-    pumpSends(p);
+    Lane& l = p.lane(tag);
+    l.sendq.push_back(SendMsg{static_cast<const uint8_t*>(buf), len, 0, tag, req});
+    pumpSends(p, l);
   }
 
   void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) override {
     Peer& p = *peers_.at(peer);
     req->done = false;
     req->pendingParts = 1;
-    p.recvq[messageClass(tag)].push_back(RecvMsg{static_cast<uint8_t*>(buf), len, 0, tag, req});
-    pumpRecvs(p);
+    Lane& l = p.lane(tag);
+    l.recvq.push_back(RecvMsg{static_cast<uint8_t*>(buf), len, 0, tag, req});
+    pumpRecvs(p, l);
   }
 
   // Inline slots hold whole elements (kSlotPayload is a multiple of every element size), so each slot is
@@ -227,9 +236,9 @@ class ShmTransport final : public Transport {
     Peer& p = *peers_.at(peer);
     req->done = false;
     req->pendingParts = 1;
-    p.recvq[messageClass(tag)].push_back(
-        RecvMsg{static_cast<uint8_t*>(dst), len, 0, tag, req, static_cast<const uint8_t*>(src), dtype, op});
-    pumpRecvs(p);
+    Lane& l = p.lane(tag);
+    l.recvq.push_back(RecvMsg{static_cast<uint8_t*>(dst), len, 0, tag, req, static_cast<const uint8_t*>(src), dtype, op});
+    pumpRecvs(p, l);
     return true;
   }
 
@@ -238,9 +247,11 @@ class ShmTransport final : public Transport {
     if (++calls_ % kControlEvery == 0) pollControl();
     bool moved = false;
     for (Peer* p : active_) {
-      moved |= pumpRecvs(*p);
-      moved |= pumpSends(*p);
-      moved |= completeDirect(*p);
+      for (Lane& l : p->lanes) {
+        moved |= pumpRecvs(*p, l);
+        moved |= pumpSends(*p, l);
+        moved |= completeDirect(l);
+      }
       if (p->gone) failIfStuck(*p);
     }
     return moved;
@@ -259,7 +270,7 @@ class ShmTransport final : public Transport {
       CHORUS_DEBUG(kNet, "membarrier failed ({}); a wake-up may be late by one poll timeout", std::strerror(errno));
     armed_ = true;
     for (Peer* p : active_)
-      if (hasWork(*p) || p->gone) {
+      if (hasWork(p->lanes[0]) || hasWork(p->lanes[1]) || p->gone) {
         disarm();
         return false;
       }
@@ -285,8 +296,10 @@ class ShmTransport final : public Transport {
   void addPeer(int peer, std::unique_ptr<Peer> p) {
     p->rank = peer;
     p->info = &setup_.peers[peer];
-    p->out = &p->s()->fifo[p->side];
-    p->in = &p->s()->fifo[1 - p->side];
+    for (int c = 0; c < kMessageClasses; ++c) {
+      p->lanes[c].out = &p->s()->fifo[c][p->side];
+      p->lanes[c].in = &p->s()->fifo[c][1 - p->side];
+    }
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = static_cast<uint64_t>(peer);
@@ -328,23 +341,23 @@ class ShmTransport final : public Transport {
     if (::send(p.sock.get(), &f, sizeof f, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* see above */ }
   }
 
-  bool hasWork(Peer& p) const {
-    const SlotHeader& h = p.in->slots[p.next % kSlots].h;
-    if (h.ready.load(std::memory_order_seq_cst) == p.next + 1 && !p.recvq[messageClass(tagOf(h))].empty()) return true;
-    uint64_t tail = p.out->tail.v.load(std::memory_order_seq_cst);
-    if (!p.sendq.empty() && p.head - tail < kSlots) return true;
-    return !p.direct.empty() && tail >= p.direct.front().doneAt;
+  static bool hasWork(const Lane& l) {
+    if (!l.recvq.empty() && l.in->slots[l.next % kSlots].h.ready.load(std::memory_order_seq_cst) == l.next + 1)
+      return true;
+    uint64_t tail = l.out->tail.v.load(std::memory_order_seq_cst);
+    if (!l.sendq.empty() && l.head - tail < kSlots) return true;
+    return !l.direct.empty() && tail >= l.direct.front().doneAt;
   }
 
-  bool pumpSends(Peer& p) {
+  bool pumpSends(Peer& p, Lane& l) {
     bool published = false;
-    while (!p.sendq.empty()) {
-      if (p.head - p.tailSeen >= kSlots) {
-        p.tailSeen = p.out->tail.v.load(std::memory_order_acquire);
-        if (p.head - p.tailSeen >= kSlots) break;
+    while (!l.sendq.empty()) {
+      if (l.head - l.tailSeen >= kSlots) {
+        l.tailSeen = l.out->tail.v.load(std::memory_order_acquire);
+        if (l.head - l.tailSeen >= kSlots) break;
       }
-      SendMsg& m = p.sendq.front();
-      Slot& slot = p.out->slots[p.head % kSlots];
+      SendMsg& m = l.sendq.front();
+      Slot& slot = l.out->slots[l.head % kSlots];
       SlotHeader& h = slot.h;
       h.seq = m.tag.seq;
       h.count = m.tag.count;
@@ -370,40 +383,38 @@ class ShmTransport final : public Transport {
         h.part = {m.sent, n, 0};
         m.sent += n;
       }
-      publish(p, h.ready, p.head + 1);
-      ++p.head;
+      publish(p, h.ready, l.head + 1);
+      ++l.head;
       published = true;
       if (m.sent == m.len) {
-        if (direct) p.direct.push_back({p.head, m.req, m.tag});
+        if (direct) l.direct.push_back({l.head, m.req, m.tag});
         else complete(m.req);
-        p.sendq.pop_front();
+        l.sendq.pop_front();
       }
     }
     if (published) wake(p);
     return published;
   }
 
-  bool completeDirect(Peer& p) {
+  static bool completeDirect(Lane& l) {
     bool moved = false;
-    while (!p.direct.empty()) {
-      if (p.tailSeen < p.direct.front().doneAt) p.tailSeen = p.out->tail.v.load(std::memory_order_acquire);
-      if (p.tailSeen < p.direct.front().doneAt) break;
-      complete(p.direct.front().req);
-      p.direct.pop_front();
+    while (!l.direct.empty()) {
+      if (l.tailSeen < l.direct.front().doneAt) l.tailSeen = l.out->tail.v.load(std::memory_order_acquire);
+      if (l.tailSeen < l.direct.front().doneAt) break;
+      complete(l.direct.front().req);
+      l.direct.pop_front();
       moved = true;
     }
     return moved;
   }
 
-  bool pumpRecvs(Peer& p) {
+  bool pumpRecvs(Peer& p, Lane& l) {
     bool released = false, moved = false;
-    while (!p.recvq[0].empty() || !p.recvq[1].empty()) {
-      Slot& slot = p.in->slots[p.next % kSlots];
+    while (!l.recvq.empty()) {
+      Slot& slot = l.in->slots[l.next % kSlots];
       const SlotHeader& h = slot.h;
-      if (h.ready.load(std::memory_order_acquire) != p.next + 1) break;
-      std::deque<RecvMsg>& q = p.recvq[messageClass(tagOf(h))];
-      if (q.empty()) break;  // the FIFO holds it until a receive of its class is posted
-      RecvMsg& m = q.front();
+      if (h.ready.load(std::memory_order_acquire) != l.next + 1) break;
+      RecvMsg& m = l.recvq.front();
       if (!(tagOf(h) == m.tag) || h.msgLen != m.len) mismatch(p, h, m);
       if (h.type == SlotType::Small) {
         if (m.len > kSmallBytes) corrupt(p, h);
@@ -414,30 +425,30 @@ class ShmTransport final : public Transport {
         if (off != m.got || len > m.len - m.got || (h.type != SlotType::Inline && h.type != SlotType::Rendezvous))
           corrupt(p, h);
         if (h.type == SlotType::Rendezvous) {
-          size_t n = std::min<size_t>(kCopyPiece, len - p.directDone);
+          size_t n = std::min<size_t>(kCopyPiece, len - l.directDone);
           if (m.src == nullptr) {
-            copyFromPeer(p, m.buf + off + p.directDone, h.part.addr + p.directDone, n, m.tag);
+            copyFromPeer(p, m.buf + off + l.directDone, h.part.addr + l.directDone, n, m.tag);
           } else if (p.sameProcess) {
-            deliver(m, off + p.directDone, reinterpret_cast<const uint8_t*>(h.part.addr + p.directDone), n);
+            deliver(m, off + l.directDone, reinterpret_cast<const uint8_t*>(h.part.addr + l.directDone), n);
           } else {  // the payload must be local before it can be reduced
             if (bounce_.size() < n) bounce_.resize(kCopyPiece);
-            copyFromPeer(p, bounce_.data(), h.part.addr + p.directDone, n, m.tag);
-            deliver(m, off + p.directDone, bounce_.data(), n);
+            copyFromPeer(p, bounce_.data(), h.part.addr + l.directDone, n, m.tag);
+            deliver(m, off + l.directDone, bounce_.data(), n);
           }
-          p.directDone += n;
+          l.directDone += n;
           moved = true;
-          if (p.directDone < len) break;  // let the caller serve other peers between pieces
-          p.directDone = 0;
+          if (l.directDone < len) break;  // let the caller serve other peers between pieces
+          l.directDone = 0;
         } else {
           deliver(m, off, slot.payload, len);
         }
         m.got += len;
       }
-      publish(p, p.in->tail.v, ++p.next);
+      publish(p, l.in->tail.v, ++l.next);
       released = true;
       if (m.got == m.len) {
         complete(m.req);
-        q.pop_front();
+        l.recvq.pop_front();
       }
     }
     if (released) wake(p);
@@ -502,12 +513,15 @@ class ShmTransport final : public Transport {
 
   // A gone peer's published data has been delivered by now; anything still waiting on it never completes.
   void failIfStuck(Peer& p) {
-    const bool tagged = !p.recvq[1].empty() && !standing(p.recvq[1].front().tag);
-    const OpTag* tag = !p.recvq[0].empty() ? &p.recvq[0].front().tag
-                       : tagged            ? &p.recvq[1].front().tag
-                       : !p.sendq.empty()  ? &p.sendq.front().tag
-                       : !p.direct.empty() ? &p.direct.front().tag
-                                           : nullptr;
+    const OpTag* tag = nullptr;
+    for (const Lane& l : p.lanes) {
+      const bool owed = !l.recvq.empty() && !standing(l.recvq.front().tag);  // the standing receive owes nothing
+      tag = owed               ? &l.recvq.front().tag
+            : !l.sendq.empty()  ? &l.sendq.front().tag
+            : !l.direct.empty() ? &l.direct.front().tag
+                                : nullptr;
+      if (tag != nullptr) break;
+    }
     if (tag == nullptr) return;
     if (p.control.saidBye())
       fail(chorusRemoteError, "{}: {} destroyed the communicator while {} still needed it", self().name(),

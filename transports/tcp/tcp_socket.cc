@@ -92,7 +92,6 @@ void DataSocket::onHeader(const uint8_t* early, size_t earlyLen) {
       std::string text(std::min<uint64_t>(h.partLen, kMaxAbortText), '\0');
       size_t have = std::min(earlyLen, text.size());
       if (have > 0) std::memcpy(text.data(), early, have);
-      have += takeCarry(reinterpret_cast<uint8_t*>(text.data()) + have, text.size() - have);
       try {
         recvAll(fd_.get(), text.data() + have, text.size() - have, deadlineIn(1.0), peer_->name());
       } catch (const Error&) {
@@ -107,85 +106,49 @@ void DataSocket::onHeader(const uint8_t* early, size_t earlyLen) {
     default:
       failPeer("sent a frame of unknown type; closing");
   }
-  std::deque<RecvPart>& q = queueOf(h);
-  if (q.empty() || !stash_.empty()) return;  // hold the header until a receive of its class is posted
-  const RecvPart& want = q.front();
+  if (recvq_.empty() || !stash_.empty()) return;  // hold the header until a receive is posted
+  const RecvPart& want = recvq_.front();
   if (!(tagOf(h) == want.tag) || h.msgLen != want.msgLen || h.partOffset != want.partOffset ||
       h.partLen != want.partLen)
     mismatch(h, want);
-  cls_ = messageClass(want.tag);
   hdrValid_ = true;
   payloadGot_ = 0;
   if (h.partLen == 0) completeRecvPart();
 }
 
 void DataSocket::completeRecvPart() {
-  Request* r = recvq_[cls_].front().req;
-  recvq_[cls_].pop_front();
+  Request* r = recvq_.front().req;
+  recvq_.pop_front();
   hdrGot_ = 0;
   hdrValid_ = false;
   payloadGot_ = 0;
   completePart(r);
 }
 
-size_t DataSocket::takeCarry(uint8_t* dst, size_t n) {
-  const size_t k = std::min(n, carry_.size() - carryAt_);
-  if (k > 0) std::memcpy(dst, carry_.data() + carryAt_, k);
-  carryAt_ += k;
-  if (carryAt_ == carry_.size()) {
-    carry_.clear();
-    carryAt_ = 0;
-  }
-  return k;
-}
-
-void DataSocket::unread(const uint8_t* bytes, size_t n) {
-  std::vector<uint8_t> c(bytes, bytes + n);
-  c.insert(c.end(), carry_.begin() + static_cast<std::ptrdiff_t>(carryAt_), carry_.end());
-  carry_ = std::move(c);
-  carryAt_ = 0;
-}
-
-ssize_t DataSocket::readSome(iovec* iov, int n) {
-  if (!carrying()) {
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(n);
-    return ::recvmsg(fd_.get(), &msg, MSG_DONTWAIT);
-  }
-  size_t got = 0;
-  for (int i = 0; i < n && carrying(); ++i) got += takeCarry(static_cast<uint8_t*>(iov[i].iov_base), iov[i].iov_len);
-  return static_cast<ssize_t>(got);
-}
-
 // The peer has hung up while a frame nobody asked for yet is parked: keep its payload (bounded: it is already in
 // this kernel's receive buffer, the peer can add nothing) and read on, to find the goodbye or abort behind it.
 void DataSocket::stashParked() {
   int avail = 0;
-  if (ioctl(fd_.get(), FIONREAD, &avail) != 0 ||
-      static_cast<uint64_t>(avail) + (carry_.size() - carryAt_) < hdr_.partLen)
+  if (ioctl(fd_.get(), FIONREAD, &avail) != 0 || static_cast<uint64_t>(avail) < hdr_.partLen)
     failPeer("was closed in the middle of a message: the peer died or aborted");
   Stashed st{hdr_, std::vector<uint8_t>(hdr_.partLen)};
-  const size_t have = takeCarry(st.payload.data(), st.payload.size());
-  recvAll(fd_.get(), st.payload.data() + have, st.payload.size() - have, deadlineIn(1.0), peer_->name());
+  recvAll(fd_.get(), st.payload.data(), st.payload.size(), deadlineIn(1.0), peer_->name());
   stash_.push_back(std::move(st));
   hdrGot_ = 0;
 }
 
 bool DataSocket::serveStash() {
   bool moved = false;
-  while (!stash_.empty()) {
+  while (!stash_.empty() && !recvq_.empty()) {
     Stashed& st = stash_.front();
-    std::deque<RecvPart>& q = queueOf(st.hdr);
-    if (q.empty()) break;
-    const RecvPart& want = q.front();
+    const RecvPart& want = recvq_.front();
     if (!(tagOf(st.hdr) == want.tag) || st.hdr.msgLen != want.msgLen || st.hdr.partOffset != want.partOffset ||
         st.hdr.partLen != want.partLen)
       mismatch(st.hdr, want);
     if (!st.payload.empty()) std::memcpy(want.dst, st.payload.data(), st.payload.size());
     stash_.pop_front();
-    Request* r = q.front().req;
-    q.pop_front();
+    Request* r = recvq_.front().req;
+    recvq_.pop_front();
     completePart(r);
     moved = true;
   }
@@ -194,18 +157,19 @@ bool DataSocket::serveStash() {
 
 bool DataSocket::drain() {
   bool moved = serveStash();
-  if (eof_ && recvExpected() && stash_.empty() && !carrying()) {
+  if (!stash_.empty() && !recvq_.empty()) return moved;
+  if (eof_ && recvExpected() && stash_.empty()) {
     if (peerSaidBye_)
       failPeer("was closed: the peer destroyed its communicator while this rank still expected data from it");
     failPeer("was closed unexpectedly: the peer process died or was killed");
   }
-  while (readable_ || carrying()) {
-    const bool haveHdr = hdrGot_ == sizeof(WireHeader);
+  while (readable_) {
+    bool haveHdr = hdrGot_ == sizeof(WireHeader);
     // With nothing posted, leave bytes in the kernel (one read per message later, header and payload together)
     // unless the peer hung up: then read now to tell goodbye, abort and death apart.
-    if (!haveHdr && hdrGot_ == 0 && (!posted() || !stash_.empty()) && !hangup_ && !control_) break;
+    if (!haveHdr && hdrGot_ == 0 && (recvq_.empty() || !stash_.empty()) && !hangup_ && !control_) break;
     if (haveHdr && !hdrValid_) {
-      if (queueOf(hdr_).empty() || !stash_.empty()) {  // parked: nobody wants its payload yet
+      if (recvq_.empty() || !stash_.empty()) {  // parked: nobody wants its payload yet
         if (!hangup_) break;
         stashParked();
         moved = true;
@@ -215,26 +179,22 @@ bool DataSocket::drain() {
       moved = true;
       continue;
     }
-    // Speculatively read the payload of the receive the next frame is most likely for in the same call: a
-    // collective's, else a tagged payload's, never into the standing envelope receive (a collective's frame
-    // arriving early would land there). A mismatching header fails the whole operation anyway, so bytes landing
-    // in the posted buffer early are harmless; a frame of the other class gives the bytes back (unread).
-    RecvPart* guess = nullptr;
-    if (!haveHdr && stash_.empty()) {
-      if (!recvq_[0].empty()) guess = &recvq_[0].front();
-      else if (!recvq_[1].empty() && !standing(recvq_[1].front().tag)) guess = &recvq_[1].front();
-      if (guess != nullptr && guess->partLen == 0) guess = nullptr;
-    }
+    bool speculate = !haveHdr && stash_.empty() && !recvq_.empty() && recvq_.front().partLen > 0;
     iovec iov[2];
     int n = 0;
     if (!haveHdr) {
       iov[n++] = {reinterpret_cast<uint8_t*>(&hdr_) + hdrGot_, sizeof(WireHeader) - hdrGot_};
-      if (guess != nullptr) iov[n++] = {guess->dst, guess->partLen};
+      // Speculatively read the expected payload in the same call; a mismatching header fails the whole
+      // operation anyway, so bytes landing in the posted buffer early are harmless.
+      if (speculate) iov[n++] = {recvq_.front().dst, recvq_.front().partLen};
     } else {
-      const RecvPart& p = recvq_[cls_].front();
+      const RecvPart& p = recvq_.front();
       iov[n++] = {p.dst + payloadGot_, p.partLen - payloadGot_};
     }
-    ssize_t r = readSome(iov, n);
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t r = ::recvmsg(fd_.get(), &msg, MSG_DONTWAIT);
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) { readable_ = false; break; }
       if (errno == EINTR) continue;
@@ -255,19 +215,14 @@ bool DataSocket::drain() {
       hdrGot_ += h;
       got -= h;
       if (hdrGot_ < sizeof(WireHeader)) continue;
-      if (got > 0 && !(hdr_.type == FrameType::Data && &queueOf(hdr_) == &recvq_[messageClass(guess->tag)])) {
-        unread(guess->dst, got);  // the guess missed: these bytes belong to the frames that follow
-        got = 0;
-      }
-      uint8_t* early = got > 0 ? guess->dst : nullptr;
-      onHeader(early, got);
+      onHeader(got > 0 ? recvq_.front().dst : nullptr, got);
       if (got > 0) {  // speculative payload bytes arrived with the header
         payloadGot_ = got;
-        if (payloadGot_ == recvq_[cls_].front().partLen) completeRecvPart();
+        if (payloadGot_ == recvq_.front().partLen) completeRecvPart();
       }
     } else {
       payloadGot_ += got;
-      if (payloadGot_ == recvq_[cls_].front().partLen) completeRecvPart();
+      if (payloadGot_ == recvq_.front().partLen) completeRecvPart();
     }
   }
   return moved;

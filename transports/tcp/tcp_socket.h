@@ -1,9 +1,6 @@
 // One connection to one peer (data, or the control connection): a queue of frames to write and a queue of expected frames to read.
 #pragma once
 
-#include <sys/types.h>
-#include <sys/uio.h>
-
 #include <deque>
 #include <string>
 #include <vector>
@@ -28,7 +25,7 @@ class DataSocket {
 
   int fd() const { return fd_.get(); }
   void queueSend(const WireHeader& h, const uint8_t* data, Request* req);
-  void queueRecv(const RecvPart& part) { recvq_[messageClass(part.tag)].push_back(part); }
+  void queueRecv(const RecvPart& part) { recvq_.push_back(part); }
   // Write / read until the kernel says EAGAIN or nothing is left to do; true if any byte moved.
   bool flush();
   bool drain();
@@ -36,10 +33,9 @@ class DataSocket {
   bool idleForFrame() const { return sendq_.empty() || sendq_.front().done == 0; }
   bool sendPending() const { return !sendq_.empty(); }
   bool sendBlocked() const { return !sendq_.empty() && !writable_; }
-  // A receive is posted that something waits for (not only tagged point-to-point's standing one).
-  bool recvExpected() const {
-    return !recvq_[0].empty() || (!recvq_[1].empty() && !standing(recvq_[1].front().tag));
-  }
+  // A receive is posted that something waits for: not only tagged point-to-point's standing one (Note [Message
+  // classes] in lib/base/ops.h), which a peer may leave behind when it closes.
+  bool recvExpected() const { return !recvq_.empty() && !standing(recvq_.front().tag); }
   // Blocking (bounded) write of a control frame at a frame boundary; false if not possible.
   bool writeControl(const WireHeader& h, const std::string& text, Deadline deadline);
   // After this rank failed: drop the connection so that a peer blocked sending to us fails now.
@@ -62,13 +58,6 @@ class DataSocket {
   void completeRecvPart();
   void stashParked();
   bool serveStash();
-  bool posted() const { return !recvq_[0].empty() || !recvq_[1].empty(); }
-  std::deque<RecvPart>& queueOf(const WireHeader& h) { return recvq_[messageClass(tagOf(h))]; }
-  // Reads into iov from carry_ while it holds bytes, else from the socket (recvmsg's result).
-  ssize_t readSome(iovec* iov, int n);
-  size_t takeCarry(uint8_t* dst, size_t n);
-  void unread(const uint8_t* bytes, size_t n);  // puts bytes back in front of carry_
-  bool carrying() const { return carryAt_ < carry_.size(); }
 
   Fd fd_;
   const PeerInfo* self_;
@@ -76,15 +65,10 @@ class DataSocket {
   bool control_;  // carries only Bye/Abort frames: always read
   bool readable_ = true, writable_ = true, hangup_ = false, eof_ = false, peerSaidBye_ = false;
   std::deque<SendPart> sendq_;
-  std::deque<RecvPart> recvq_[kMessageClasses];  // Note [Message classes] in lib/base/ops.h
+  std::deque<RecvPart> recvq_;
   WireHeader hdr_{};
   size_t hdrGot_ = 0;
-  bool hdrValid_ = false;  // hdr_ holds a checked Data header matching the front of its class's queue
-  int cls_ = 0;            // then: that class
-  // Bytes read past a header into the buffer of a receive of the other class (a guess that missed): the frames
-  // that follow, read from here before the socket.
-  std::vector<uint8_t> carry_;
-  size_t carryAt_ = 0;
+  bool hdrValid_ = false;  // hdr_ holds a checked Data header matching recvq_.front()
   uint64_t payloadGot_ = 0;
   struct Stashed {
     WireHeader hdr;

@@ -62,18 +62,18 @@ class TcpTransport final : public Transport {
       fail(chorusInternalError, "tcp address of rank {} is malformed", peer);
     std::memcpy(&to.ss, address.data() + sizeof len, len);
     to.len = len;
-    for (int i = 0; i <= nsocks_; ++i) {  // the last one is the control connection
+    for (int i = 0; i < connections(); ++i) {
       Fd fd = connectTo(to, deadline);
       Hello h{kHelloMagic, kWireVersion, setup_.secret, setup_.commId, setup_.rank, i, nsocks_, peer};
       sendHello(fd.get(), &h, sizeof h, -1, setup_.peers[peer].name());
       addSocket(peer, std::move(fd));
     }
-    CHORUS_INFO(kNet, "connected to {} at {} over tcp ({} connections)", setup_.peers[peer].name(), to.str(),
+    CHORUS_INFO(kNet, "connected to {} at {} over tcp ({} data connections)", setup_.peers[peer].name(), to.str(),
                 nsocks_);
   }
 
   void accept(int peer, const std::vector<uint8_t>&, Deadline deadline) override {
-    while (static_cast<int>(arrived_[peer].size()) < nsocks_ + 1) {
+    while (static_cast<int>(arrived_[peer].size()) < connections()) {
       if (Clock::now() >= deadline)
         fail(chorusTimeout, "{}: {} did not connect before the init deadline", self().name(),
              setup_.peers[peer].name());
@@ -83,14 +83,15 @@ class TcpTransport final : public Transport {
       });
     }
     auto& socks = arrived_[peer];
-    for (int i = 0; i <= nsocks_; ++i) addSocket(peer, std::move(socks.at(i)));
+    for (int i = 0; i < connections(); ++i) addSocket(peer, std::move(socks.at(i)));
     arrived_.erase(peer);
-    CHORUS_INFO(kNet, "accepted {} over tcp ({} connections)", setup_.peers[peer].name(), nsocks_);
+    CHORUS_INFO(kNet, "accepted {} over tcp ({} data connections)", setup_.peers[peer].name(), nsocks_);
   }
 
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
     auto& socks = conns_.at(peer);
-    int parts = partsFor(len, static_cast<size_t>(nsocks_));
+    const int first = messageClass(tag) == 0 ? 0 : nsocks_;  // tagged messages: a connection of their own
+    int parts = first == 0 ? partsFor(len, static_cast<size_t>(nsocks_)) : 1;
     req->done = false;
     req->pendingParts = parts;
     for (int i = 0; i < parts; ++i) {
@@ -107,19 +108,20 @@ class TcpTransport final : public Transport {
       h.msgLen = len;
       h.partOffset = off;
       h.partLen = plen;
-      socks[i]->queueSend(h, static_cast<const uint8_t*>(buf) + off, req);
-      explained(peer, [&] { socks[i]->flush(); });
+      socks[first + i]->queueSend(h, static_cast<const uint8_t*>(buf) + off, req);
+      explained(peer, [&] { socks[first + i]->flush(); });
     }
   }
 
   void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) override {
     auto& socks = conns_.at(peer);
-    int parts = partsFor(len, static_cast<size_t>(nsocks_));
+    const int first = messageClass(tag) == 0 ? 0 : nsocks_;
+    int parts = first == 0 ? partsFor(len, static_cast<size_t>(nsocks_)) : 1;
     req->done = false;
     req->pendingParts = parts;
     for (int i = 0; i < parts; ++i) {
       auto [off, plen] = partRange(len, parts, i);
-      socks[i]->queueRecv(RecvPart{static_cast<uint8_t*>(buf) + off, len, off, plen, tag, req});
+      socks[first + i]->queueRecv(RecvPart{static_cast<uint8_t*>(buf) + off, len, off, plen, tag, req});
     }
   }
 
@@ -189,6 +191,9 @@ class TcpTransport final : public Transport {
 
  private:
   const PeerInfo& self() const { return setup_.peers[setup_.rank]; }
+  // Per peer: nsocks_ data connections, then one for tagged messages (Note [Message classes] in lib/base/ops.h:
+  // a stream of their own, so neither class waits behind the other), then the control connection.
+  int connections() const { return nsocks_ + 2; }
 
   static int partsFor(size_t len, size_t nsocks) {
     return len < kSplitBytes ? 1 : static_cast<int>(nsocks);
@@ -215,7 +220,7 @@ class TcpTransport final : public Transport {
     setNonBlocking(fd.get());
     tuneDataSocket(fd.get());
     auto& socks = conns_[peer];
-    bool control = static_cast<int>(socks.size()) == nsocks_;
+    bool control = static_cast<int>(socks.size()) == nsocks_ + 1;
     uint64_t key = sockIndex_.size();
     sockIndex_.push_back({peer, socks.size()});
     epoll_event ev{};
@@ -237,7 +242,7 @@ class TcpTransport final : public Transport {
     if (h.nsocks != nsocks_)
       fail(chorusInvalidUsage, "{} uses CHORUS_NSOCKS={} but {} uses {}; set the same value on every rank",
            setup_.peers[h.fromRank].name(), h.nsocks, self().name(), nsocks_);
-    if (h.sockIndex < 0 || h.sockIndex > h.nsocks || arrived_[h.fromRank].count(h.sockIndex))
+    if (h.sockIndex < 0 || h.sockIndex >= connections() || arrived_[h.fromRank].count(h.sockIndex))
       return fmt::format("bad or duplicate connection index {}", h.sockIndex);
     return "";
   }

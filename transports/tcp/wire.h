@@ -7,7 +7,7 @@ namespace chorus::transport::tcp {
 
 constexpr uint32_t kHelloMagic = 0x43485348;  // "CHSH"
 constexpr uint32_t kFrameMagic = 0x43484652;  // "CHFR"
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;  // 2: a connection for tagged messages
 
 // First bytes on every data connection, sent by the connecting side.
 struct Hello {
