@@ -3,9 +3,10 @@
 // describes itself to the registry (transports/registry.h).
 //
 // Note [Message tags]: every message carries the OpTag of the operation it belongs to (sequence number and a
-// fingerprint of the call). Between two ranks messages arrive in the order they were posted, so a receiver
-// compares the incoming tag and length with what it posted; any difference means the ranks made different
-// calls, and progress() throws chorusInvalidUsage naming both calls instead of delivering wrong data.
+// fingerprint of the call). Between two ranks messages of one class (Note [Message classes] in lib/base/ops.h:
+// a transport keeps the classes apart) arrive in the order they were posted, so a receiver compares the incoming
+// tag and length with what it posted; any difference means the ranks made different calls, and progress() throws
+// chorusInvalidUsage naming both calls instead of delivering wrong data.
 //
 // Threading: one thread at a time drives a Transport (the communicator's executing thread).
 #pragma once
