@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 
@@ -73,6 +74,32 @@ void Tagged::finishRecv(std::unique_ptr<TaggedOp> op, int sender, const void* da
   finish(std::move(op), chorusSuccess, {});
 }
 
+Tagged::Block Tagged::takeBlock(size_t bytes) {
+  auto best = blocks_.end();  // the smallest free block that holds bytes
+  for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
+    if (it->cap >= bytes && (best == blocks_.end() || it->cap < best->cap)) best = it;
+  if (best == blocks_.end()) return Block{std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes};
+  Block b = std::move(*best);
+  blocks_.erase(best);
+  return b;
+}
+
+void Tagged::giveBlock(Block b) {
+  if (b.cap == 0) return;
+  if (blocks_.size() == kKeptBlocks) {  // keep the largest ones
+    auto smallest = std::min_element(blocks_.begin(), blocks_.end(),
+                                     [](const Block& x, const Block& y) { return x.cap < y.cap; });
+    if (smallest->cap >= b.cap) return;
+    blocks_.erase(smallest);
+  }
+  blocks_.push_back(std::move(b));
+}
+
+void Tagged::drop(std::list<Unexpected>::iterator u) {
+  giveBlock(std::move(u->data));
+  unexpected_.erase(u);
+}
+
 void Tagged::updateDriving() {
   needsDriving_.store(!posted_.empty() || !out_.empty() || reading_ > 0, std::memory_order_relaxed);
 }
@@ -98,14 +125,14 @@ void Tagged::post(std::unique_ptr<TaggedOp> op) {
   // A receive takes the oldest message that fits and no other receive took yet.
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (it->taker != nullptr || it->dropped || !fits(*op, it->peer, it->tag)) continue;
-    if (it->data.size() != op->bytes) {
-      const std::string why = sizeMismatch(*op, it->peer, it->data.size());
-      if (it->arrived) unexpected_.erase(it);
+    if (it->bytes != op->bytes) {
+      const std::string why = sizeMismatch(*op, it->peer, it->bytes);
+      if (it->arrived) drop(it);
       else it->dropped = true;
       finish(std::move(op), chorusInvalidUsage, why);
     } else if (it->arrived) {
-      finishRecv(std::move(op), it->peer, it->data.data(), it->data.size());
-      unexpected_.erase(it);
+      finishRecv(std::move(op), it->peer, it->data.p.get(), it->bytes);
+      drop(it);
     } else {
       it->taker = std::move(op);
     }
@@ -122,8 +149,8 @@ void Tagged::deliverLocal(std::unique_ptr<TaggedOp> send) {
   auto it = posted_.begin();
   while (it != posted_.end() && !fits(**it, me, send->tag)) ++it;
   if (it == posted_.end()) {
-    const auto* b = static_cast<const uint8_t*>(send->buf);
-    unexpected_.push_back(Unexpected{me, send->tag, std::vector<uint8_t>(b, b + send->bytes), true, false, nullptr});
+    Unexpected& u = unexpected_.emplace_back(Unexpected{me, send->tag, send->bytes, takeBlock(send->bytes), true, false, nullptr});
+    if (send->bytes > 0) std::memcpy(u.data.p.get(), send->buf, send->bytes);
   } else {
     std::unique_ptr<TaggedOp> recv = std::move(*it);
     posted_.erase(it);
@@ -154,19 +181,20 @@ void Tagged::onEnvelope(int peer) {
   }
   if (env.bytes == 0) {
     if (recv != nullptr) finishRecv(std::move(recv), peer, nullptr, 0);
-    else if (!matched) unexpected_.push_back(Unexpected{peer, env.tag, {}, true, false, nullptr});
+    else if (!matched) unexpected_.push_back(Unexpected{peer, env.tag, 0, {}, true, false, nullptr});
   } else {
     void* dst;
     if (recv != nullptr) {
       in.op = std::move(recv);
       dst = in.op->buf;
     } else if (matched) {
-      in.discard.resize(env.bytes);
-      dst = in.discard.data();
+      in.discarding = true;
+      in.discard = takeBlock(env.bytes);
+      dst = in.discard.p.get();
     } else {
-      unexpected_.push_back(Unexpected{peer, env.tag, std::vector<uint8_t>(env.bytes), false, false, nullptr});
+      unexpected_.push_back(Unexpected{peer, env.tag, env.bytes, takeBlock(env.bytes), false, false, nullptr});
       in.spare = std::prev(unexpected_.end());
-      dst = in.spare->data.data();
+      dst = in.spare->data.p.get();
     }
     in.reading = true;
     ++reading_;
@@ -182,16 +210,17 @@ void Tagged::onPayload(int peer) {
   if (in.op != nullptr) {
     if (in.op->source != nullptr) *in.op->source = peer;
     finish(std::move(in.op), chorusSuccess, {});
-  } else if (!in.discard.empty()) {
-    std::vector<uint8_t>().swap(in.discard);
+  } else if (in.discarding) {
+    in.discarding = false;
+    giveBlock(std::move(in.discard));
   } else {
     auto u = in.spare;
     u->arrived = true;
     if (u->taker != nullptr) {
-      finishRecv(std::move(u->taker), peer, u->data.data(), u->data.size());
-      unexpected_.erase(u);
+      finishRecv(std::move(u->taker), peer, u->data.p.get(), u->bytes);
+      drop(u);
     } else if (u->dropped) {
-      unexpected_.erase(u);
+      drop(u);
     }
   }
 }

@@ -57,10 +57,17 @@ class Tagged {
     uint32_t pad;
     uint64_t bytes;
   };
+  // Memory for messages read before their receive, kept for the next ones: a fresh large block costs a page fault
+  // per 4 KiB on first touch.
+  struct Block {
+    std::unique_ptr<uint8_t[]> p;
+    size_t cap = 0;
+  };
   struct Unexpected {
     int peer;
     int tag;
-    std::vector<uint8_t> data;
+    size_t bytes;
+    Block data;
     bool arrived = false;             // all of its payload is in data
     bool dropped = false;             // a receive of another size took it: thrown away once it has arrived
     std::unique_ptr<TaggedOp> taker;  // a receive matched while the payload was still arriving
@@ -72,7 +79,8 @@ class Tagged {
     bool reading = false;
     std::unique_ptr<TaggedOp> op;           // the payload lands in this receive's buffer,
     std::list<Unexpected>::iterator spare;  // or (op null) in this unexpected message,
-    std::vector<uint8_t> discard;           // or (not empty) nowhere: it matched a receive of another size
+    bool discarding = false;                // or nowhere (into discard): it matched a receive of another size
+    Block discard;
   };
   struct Outgoing {
     std::unique_ptr<TaggedOp> op;
@@ -90,6 +98,9 @@ class Tagged {
   void finish(std::unique_ptr<TaggedOp> op, chorusResult_t rc, const std::string& text);
   void finishRecv(std::unique_ptr<TaggedOp> op, int from, const void* data, size_t bytes);
   void updateDriving();
+  Block takeBlock(size_t bytes);
+  void giveBlock(Block b);
+  void drop(std::list<Unexpected>::iterator u);  // its block goes back to blocks_
   std::string sizeMismatch(const TaggedOp& recv, int from, size_t bytes) const;
 
   Comm& comm_;
@@ -101,6 +112,8 @@ class Tagged {
   std::list<std::unique_ptr<TaggedOp>> posted_;  // receives waiting for a message, oldest first
   std::list<Unexpected> unexpected_;             // messages waiting for a receive, oldest first
   size_t reading_ = 0;                           // peers whose payload is arriving
+  std::vector<Block> blocks_;                    // free, at most kKeptBlocks
+  static constexpr size_t kKeptBlocks = 4;
 };
 
 std::string describe(const TaggedOp& op);  // "tagged receive (tag 5 from any source, 16 bytes)"
