@@ -124,7 +124,7 @@ TEST(Shm, MixedHostsShareOneCommunicator) {
   const std::string dir = buildDir();
   const std::string wrap = "sh -c 'CHORUS_HOSTID=host$((CHORUS_RANK / 2)) exec \"$0\" \"$@\"'";
   const char* benches[] = {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "broadcast_perf",
-                           "reduce_perf", "alltoall_perf", "sendrecv_perf"};
+                           "reduce_perf", "alltoall_perf", "sendrecv_perf", "tagged_sendrecv_perf"};
   for (const char* b : benches) {
     SCOPED_TRACE(b);
     std::string cmd = "CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT " + dir + "/scripts/chorusrun -n 4 -- " + wrap +
@@ -157,7 +157,7 @@ TEST(Shm, DirectCopyBetweenProcesses) {
   Watchdog wd(300);
   const std::string dir = buildDir();
   for (const char* b : {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "broadcast_perf",
-                        "alltoall_perf", "sendrecv_perf"}) {
+                        "alltoall_perf", "sendrecv_perf", "tagged_sendrecv_perf"}) {
     SCOPED_TRACE(b);
     std::string cmd = "CHORUS_SHM_DIRECT_BYTES=4K CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=NET " + dir +
                       "/scripts/chorusrun -n 3 -- " + dir + "/bench/" + b + " -b 1 -e 8M -f 8 -n 2 -w 1 -c 1";
