@@ -335,6 +335,34 @@ TEST(Tagged, PendingReceiveTimesOutNamingIt) {
   for (auto& c : comms) chorusCommDestroy(c);
 }
 
+// A peer that destroys its communicator while this rank waits for a message from it (or from any source) fails the
+// receive promptly, naming that peer; a peer no receive waits on may leave.
+TEST(Tagged, PeerLeavingFailsAReceiveWaitingForIt) {
+  Watchdog wd;
+  for (int anySource = 0; anySource < 2; ++anySource) {
+    SCOPED_TRACE(anySource ? "from any source" : "from rank 0");
+    auto comms = makeComms(3);
+    if (!anySource) {  // nothing waits on rank 2: a clean exit (an any-source receive waits on every peer)
+      EXPECT_EQ(chorusCommDestroy(comms[2]), chorusSuccess);
+      comms[2] = nullptr;
+    }
+    std::thread leaver([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      EXPECT_EQ(chorusCommDestroy(comms[0]), chorusSuccess);
+    });
+    float got[4];
+    const auto t0 = Clock::now();
+    const chorusResult_t rc =
+        chorusRecvTagged(got, 4, chorusFloat32, anySource ? CHORUS_ANY_SOURCE : 0, 2, nullptr, comms[1], nullptr);
+    leaver.join();
+    comms[0] = nullptr;
+    EXPECT_TRUE(chorus::test::Refused(rc, chorusRemoteError, nullptr, {"rank 0"}));
+    EXPECT_LT(secondsSince(t0), 3.0);
+    chorusCommDestroy(comms[1]);
+    if (comms[2] != nullptr) chorusCommDestroy(comms[2]);
+  }
+}
+
 TEST(Tagged, DestroyEndsAPendingReceive) {
   Watchdog wd;
   auto comms = makeComms(2);

@@ -76,6 +76,7 @@ typedef struct {
 /* The caller's completion flag: the transport sets done to 1; priv is the transport's. */
 typedef struct {
   unsigned char done;
+  unsigned char optional; /* set by the caller: a peer leaving with only such receives posted fails nothing */
   int priv;
 } chorusPluginRequest_v3;
 

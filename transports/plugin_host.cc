@@ -43,6 +43,7 @@ namespace {
 
 static_assert(sizeof(Request) == sizeof(chorusPluginRequest_v3) &&
               offsetof(Request, done) == offsetof(chorusPluginRequest_v3, done) &&
+              offsetof(Request, optional) == offsetof(chorusPluginRequest_v3, optional) &&
               offsetof(Request, pendingParts) == offsetof(chorusPluginRequest_v3, priv) && sizeof(bool) == 1);
 static_assert(sizeof(EnvSpec) == sizeof(chorusPluginEnv_v3));
 

@@ -34,7 +34,7 @@ std::string describe(const OpTag& t) {
     case OpKind::Send:
       return fmt::format("Send/Recv #{} between this pair (count {}, {})", t.seq, t.count, kernels::dataTypeName(dt));
     case OpKind::Tagged:
-      return t.root == kEnvelopeRoot ? fmt::format("tagged message #{} between this pair (its envelope)", t.seq)
+      return t.root == kEnvelopeRoot ? fmt::format("the next tagged message between this pair (#{})", t.seq)
                                      : fmt::format("tagged message #{} between this pair ({} bytes)", t.seq, t.count);
     case OpKind::Broadcast:
       return fmt::format("Broadcast (call #{}, count {}, {}, root {})", t.seq, t.count, kernels::dataTypeName(dt), t.root);

@@ -39,8 +39,8 @@ std::string describe(const OpTag& tag);  // "AllReduce #5 (count 10, float32, su
 constexpr int kMessageClasses = 2;
 constexpr int32_t kEnvelopeRoot = -2;
 inline int messageClass(const OpTag& t) { return t.kind == OpKind::Tagged ? 1 : 0; }
-// The receive of a peer's next envelope stays posted for the communicator's life: a peer that leaves while
-// only it is posted has left nothing undone.
+// The receive of a peer's next envelope, posted for the communicator's life into memory of the communicator's
+// own (Request::optional says whether anything waits for it).
 inline bool standing(const OpTag& t) { return t.kind == OpKind::Tagged && t.root == kEnvelopeRoot; }
 
 // The OpTag a transport's message header repeats (any header with these six fields).
@@ -59,6 +59,10 @@ OpTag tagOf(const Header& h) {
 // Completion flag owned by the caller; must outlive the operation it was posted with.
 struct Request {
   bool done = false;
+  // Set by the poster of a receive: nothing waits for it yet, so a peer that leaves while only such receives
+  // are posted with it has left nothing undone (tagged point-to-point's standing envelope receive, while no
+  // receive waits for a message from that peer). Transports read it when a peer goes.
+  bool optional = false;
   int pendingParts = 0;  // transport-private bookkeeping
 };
 

@@ -30,6 +30,7 @@ void Tagged::start() {
   for (int p = 0; p < n; ++p)
     if (p != comm_.rank()) postEnvelope(p);
   started_ = true;
+  updateDriving();
 }
 
 OpTag Tagged::envelopeTag(uint64_t seq) const {
@@ -100,8 +101,18 @@ void Tagged::drop(std::list<Unexpected>::iterator u) {
   unexpected_.erase(u);
 }
 
+// Also marks which peers a receive waits for: their envelope receive is then not optional, and the transport
+// reports such a peer leaving or dying.
 void Tagged::updateDriving() {
   needsDriving_.store(!posted_.empty() || !out_.empty() || reading_ > 0, std::memory_order_relaxed);
+  bool anySource = false;
+  for (Incoming& in : in_) in.envReq.optional = true;
+  for (const auto& op : posted_) {
+    if (op->peer == CHORUS_ANY_SOURCE) anySource = true;
+    else in_[op->peer].envReq.optional = false;
+  }
+  if (anySource)
+    for (Incoming& in : in_) in.envReq.optional = false;
 }
 
 void Tagged::post(std::unique_ptr<TaggedOp> op) {

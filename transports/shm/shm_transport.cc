@@ -515,7 +515,7 @@ class ShmTransport final : public Transport {
   void failIfStuck(Peer& p) {
     const OpTag* tag = nullptr;
     for (const Lane& l : p.lanes) {
-      const bool owed = !l.recvq.empty() && !standing(l.recvq.front().tag);  // the standing receive owes nothing
+      const bool owed = !l.recvq.empty() && !l.recvq.front().req->optional;
       tag = owed               ? &l.recvq.front().tag
             : !l.sendq.empty()  ? &l.sendq.front().tag
             : !l.direct.empty() ? &l.direct.front().tag

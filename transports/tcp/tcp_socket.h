@@ -33,9 +33,8 @@ class DataSocket {
   bool idleForFrame() const { return sendq_.empty() || sendq_.front().done == 0; }
   bool sendPending() const { return !sendq_.empty(); }
   bool sendBlocked() const { return !sendq_.empty() && !writable_; }
-  // A receive is posted that something waits for: not only tagged point-to-point's standing one (Note [Message
-  // classes] in lib/base/ops.h), which a peer may leave behind when it closes.
-  bool recvExpected() const { return !recvq_.empty() && !standing(recvq_.front().tag); }
+  // A receive is posted that something waits for (not Request::optional).
+  bool recvExpected() const { return !recvq_.empty() && !recvq_.front().req->optional; }
   // Blocking (bounded) write of a control frame at a frame boundary; false if not possible.
   bool writeControl(const WireHeader& h, const std::string& text, Deadline deadline);
   // After this rank failed: drop the connection so that a peer blocked sending to us fails now.

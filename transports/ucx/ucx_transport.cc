@@ -373,8 +373,8 @@ class UcxTransport final : public Transport {
   void checkPeers() {
     for (Peer* p : connected_) {
       if (!p->failed() && !p->bye) continue;
-      const Op* owed = p->first;  // the oldest operation in flight with p, not counting the standing receive
-      while (owed != nullptr && standing(owed->tag)) owed = owed->next;
+      const Op* owed = p->first;  // the oldest operation in flight with p that something waits for
+      while (owed != nullptr && owed->req != nullptr && owed->req->optional) owed = owed->next;
       if (owed != nullptr) {
         lost(peerLost(*p, owed->tag));
       } else if (p->failed() && !p->reported) {
