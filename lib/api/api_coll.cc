@@ -137,16 +137,16 @@ chorusResult_t submitTagged(chorusComm_t commHandle, const char* fn, chorusStrea
         chorusResult_t rc = chorusSuccess;
         std::string text;
       };
+      const TaggedOp named = *op;  // for an error's text only (formatted then)
       auto out = std::make_shared<Outcome>();
       op->onDone = [out](chorusResult_t rc, const std::string& text) {
         out->done = true;
         out->rc = rc;
         out->text = text;
       };
-      const std::string what = describe(*op);
       comm.executor().runBlocking([&] {
         comm.tagged().post(std::move(op));
-        comm.waitFor([&] { return out->done; }, [&] { return what; });
+        comm.waitFor([&] { return out->done; }, [&] { return describe(named); });
       });
       if (out->rc != chorusSuccess) throw Error(out->rc, out->text);
       return;

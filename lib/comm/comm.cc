@@ -239,7 +239,10 @@ bool Comm::progress() {
   bool moved = false;
   for (transport::Transport* t : inUse_) moved |= t->progress();
   if (!staged_.empty()) moved |= finishStaged();
-  moved |= tagged_->progress();
+  // Tagged traffic nobody waits for yet (a message arriving early) is looked at every 16th time only: each look
+  // costs the latency path a few loads per peer (8 B AllReduce over shm, 4 ranks: 5.27 against 4.74 us when
+  // looked at every time, docs/tagged-p2p.md).
+  if (tagged_->needsDriving() || (++taggedLooks_ & 15) == 0) moved |= tagged_->progress();
   return moved;
 }
 

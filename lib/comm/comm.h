@@ -149,6 +149,7 @@ class Comm : public algo::Context {
   mem::Space space_;  // the device current at creation (host: none)
   transport::Setup setup_;
   std::unique_ptr<Tagged> tagged_;  // before transports_: its buffers outlive their posted receives
+  unsigned taggedLooks_ = 0;        // progress() calls, for looking at idle tagged traffic now and then
   std::vector<std::unique_ptr<transport::Transport>> transports_;  // in this rank's order of preference
   std::vector<const transport::Descriptor*> descriptors_;         // of each of transports_
   std::vector<transport::Transport*> inUse_;  // those that serve at least one peer

@@ -27,6 +27,7 @@ void Tagged::start() {
   sendSeq_.assign(n, 0);
   recvSeq_.assign(n, 0);
   in_ = std::vector<Incoming>(n);
+  postedFrom_.assign(n, 0);
   for (int p = 0; p < n; ++p)
     if (p != comm_.rank()) postEnvelope(p);
   started_ = true;
@@ -105,14 +106,19 @@ void Tagged::drop(std::list<Unexpected>::iterator u) {
 // reports such a peer leaving or dying.
 void Tagged::updateDriving() {
   needsDriving_.store(!posted_.empty() || !out_.empty() || reading_ > 0, std::memory_order_relaxed);
-  bool anySource = false;
-  for (Incoming& in : in_) in.envReq.optional = true;
-  for (const auto& op : posted_) {
-    if (op->peer == CHORUS_ANY_SOURCE) anySource = true;
-    else in_[op->peer].envReq.optional = false;
-  }
-  if (anySource)
-    for (Incoming& in : in_) in.envReq.optional = false;
+  for (size_t p = 0; p < in_.size(); ++p) in_[p].envReq.optional = postedAny_ == 0 && postedFrom_[p] == 0;
+}
+
+void Tagged::addPosted(std::unique_ptr<TaggedOp> recv) {
+  ++(recv->peer == CHORUS_ANY_SOURCE ? postedAny_ : postedFrom_[recv->peer]);
+  posted_.push_back(std::move(recv));
+}
+
+std::unique_ptr<TaggedOp> Tagged::takePosted(std::list<std::unique_ptr<TaggedOp>>::iterator it) {
+  std::unique_ptr<TaggedOp> recv = std::move(*it);
+  posted_.erase(it);
+  --(recv->peer == CHORUS_ANY_SOURCE ? postedAny_ : postedFrom_[recv->peer]);
+  return recv;
 }
 
 void Tagged::post(std::unique_ptr<TaggedOp> op) {
@@ -129,6 +135,10 @@ void Tagged::post(std::unique_ptr<TaggedOp> op) {
         comm_.hostIsend(p, o.op->buf, o.op->bytes, payloadTag(sendSeq_[p]++, o.op->bytes), &o.payloadReq);
       else
         o.payloadReq.done = true;
+      if (o.envReq.done && o.payloadReq.done) {  // the transport took it all at once (small messages)
+        finish(std::move(o.op), chorusSuccess, {});
+        out_.pop_back();
+      }
     }
     updateDriving();
     return;
@@ -150,7 +160,7 @@ void Tagged::post(std::unique_ptr<TaggedOp> op) {
     updateDriving();
     return;
   }
-  posted_.push_back(std::move(op));
+  addPosted(std::move(op));
   updateDriving();
 }
 
@@ -163,8 +173,7 @@ void Tagged::deliverLocal(std::unique_ptr<TaggedOp> send) {
     Unexpected& u = unexpected_.emplace_back(Unexpected{me, send->tag, send->bytes, takeBlock(send->bytes), true, false, nullptr});
     if (send->bytes > 0) std::memcpy(u.data.p.get(), send->buf, send->bytes);
   } else {
-    std::unique_ptr<TaggedOp> recv = std::move(*it);
-    posted_.erase(it);
+    std::unique_ptr<TaggedOp> recv = takePosted(it);
     if (recv->bytes == send->bytes) {
       finishRecv(std::move(recv), me, send->buf, send->bytes);
     } else {
@@ -183,8 +192,7 @@ void Tagged::onEnvelope(int peer) {
   const bool matched = it != posted_.end();
   std::unique_ptr<TaggedOp> recv;
   if (matched) {
-    recv = std::move(*it);
-    posted_.erase(it);
+    recv = takePosted(it);
     if (recv->bytes != env.bytes) {  // the message is consumed and dropped, as MPI's truncation error does
       const std::string why = sizeMismatch(*recv, peer, env.bytes);
       finish(std::move(recv), chorusInvalidUsage, why);
@@ -259,6 +267,7 @@ bool Tagged::progress() {
     // a large payload's rendezvous later): it waits until the payload is in.
     if (!in.reading && p != comm_.rank() && in.envReq.done) {
       onEnvelope(p);
+      if (in.reading && in.payloadReq.done) onPayload(p);  // it was there already: done before anyone looks again
       moved = true;
     }
   }
@@ -270,6 +279,8 @@ void Tagged::failAll(chorusResult_t code, const std::string& text) {
   std::vector<std::unique_ptr<TaggedOp>> ops;
   for (auto& op : posted_) ops.push_back(std::move(op));
   posted_.clear();
+  postedAny_ = 0;
+  std::fill(postedFrom_.begin(), postedFrom_.end(), 0);
   for (Outgoing& o : out_) ops.push_back(std::move(o.op));
   out_.clear();
   for (Incoming& in : in_) {

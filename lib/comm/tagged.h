@@ -101,6 +101,8 @@ class Tagged {
   Block takeBlock(size_t bytes);
   void giveBlock(Block b);
   void drop(std::list<Unexpected>::iterator u);  // its block goes back to blocks_
+  void addPosted(std::unique_ptr<TaggedOp> recv);
+  std::unique_ptr<TaggedOp> takePosted(std::list<std::unique_ptr<TaggedOp>>::iterator it);
   std::string sizeMismatch(const TaggedOp& recv, int from, size_t bytes) const;
 
   Comm& comm_;
@@ -110,6 +112,8 @@ class Tagged {
   std::vector<Incoming> in_;
   std::list<Outgoing> out_;
   std::list<std::unique_ptr<TaggedOp>> posted_;  // receives waiting for a message, oldest first
+  std::vector<size_t> postedFrom_;               // of posted_, per peer: those naming it
+  size_t postedAny_ = 0;                         // of posted_: those from CHORUS_ANY_SOURCE
   std::list<Unexpected> unexpected_;             // messages waiting for a receive, oldest first
   size_t reading_ = 0;                           // peers whose payload is arriving
   std::vector<Block> blocks_;                    // free, at most kKeptBlocks

@@ -1,5 +1,6 @@
-"""Faults through torch.distributed over "chorus": a killed rank and mismatched calls raise, naming the ranks,
-within a bound; a rank that never joins a call makes it raise after the group's timeout; nobody hangs."""
+"""Faults through torch.distributed over "chorus": a killed rank (beside collectives, and beside receives waiting
+for it) and mismatched calls raise, naming the ranks, within a bound; a rank that never joins a call makes it
+raise after the group's timeout; nobody hangs."""
 import datetime
 import os
 import signal
@@ -34,6 +35,25 @@ def _killed(rank, world, path, out):
     except Exception:
         out.put((rank, "setup: " + traceback.format_exc(), -1))
     os._exit(0)  # the communicator is broken; nothing to tear down cleanly
+
+
+def _killed_while_receiving(rank, world, path, out):
+    try:
+        dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
+        dist.barrier()
+        if rank == world - 1:
+            time.sleep(DEATH_DELAY)
+            os.kill(os.getpid(), signal.SIGKILL)
+        start = time.monotonic()
+        t = torch.ones(16)
+        try:  # rank 0 waits for a message from the rank that dies, rank 1 for one from any rank
+            dist.recv(t, src=world - 1) if rank == 0 else dist.recv(t)
+            out.put((rank, "no error", time.monotonic() - start))
+        except RuntimeError as e:
+            out.put((rank, str(e), time.monotonic() - start))
+    except Exception:
+        out.put((rank, "setup: " + traceback.format_exc(), -1))
+    os._exit(0)
 
 
 def _mismatched(rank, world, path, out):
@@ -95,6 +115,14 @@ def run(world, entry, expect):
 def test_a_killed_rank_makes_every_survivor_raise_within_2_s_naming_it():
     world = 3
     got = run(world, _killed, world - 1)
+    for rank, (text, seconds) in got.items():
+        assert "rank 2" in text, f"rank {rank}: {text}"
+        assert seconds < DEATH_DELAY + 2.0, f"rank {rank} raised after {seconds:.2f} s: {text}"
+
+
+def test_a_killed_rank_fails_the_receives_waiting_for_it_within_2_s():
+    world = 3
+    got = run(world, _killed_while_receiving, world - 1)
     for rank, (text, seconds) in got.items():
         assert "rank 2" in text, f"rank {rank}: {text}"
         assert seconds < DEATH_DELAY + 2.0, f"rank {rank} raised after {seconds:.2f} s: {text}"
