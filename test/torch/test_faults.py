@@ -17,43 +17,41 @@ import chorus_torch  # noqa: F401  (registers the backend)
 DEATH_DELAY = 0.5  # s after the barrier
 
 
-def _killed(rank, world, path, out):
-    try:
-        dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
-        dist.barrier()
-        if rank == world - 1:
-            time.sleep(DEATH_DELAY)
-            os.kill(os.getpid(), signal.SIGKILL)
-        start = time.monotonic()
-        t = torch.ones(1 << 16)
+def _last_rank_dies_during(work):
+    """An entry where the last rank is killed after a barrier while the others run work(rank, world) until it
+    raises; each survivor reports the error text and how long after the death's start it came."""
+    def entry(rank, world, path, out):
         try:
-            for _ in range(100000):  # until the peer's death reaches this rank
-                dist.all_reduce(t, async_op=True).wait()
-            out.put((rank, "no error", time.monotonic() - start))
-        except RuntimeError as e:
-            out.put((rank, str(e), time.monotonic() - start))
-    except Exception:
-        out.put((rank, "setup: " + traceback.format_exc(), -1))
-    os._exit(0)  # the communicator is broken; nothing to tear down cleanly
+            dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
+            dist.barrier()
+            if rank == world - 1:
+                time.sleep(DEATH_DELAY)
+                os.kill(os.getpid(), signal.SIGKILL)
+            start = time.monotonic()
+            try:
+                work(rank, world)
+                out.put((rank, "no error", time.monotonic() - start))
+            except RuntimeError as e:
+                out.put((rank, str(e), time.monotonic() - start))
+        except Exception:
+            out.put((rank, "setup: " + traceback.format_exc(), -1))
+        os._exit(0)  # the communicator is broken; nothing to tear down cleanly
+    return entry
 
 
-def _killed_while_receiving(rank, world, path, out):
-    try:
-        dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
-        dist.barrier()
-        if rank == world - 1:
-            time.sleep(DEATH_DELAY)
-            os.kill(os.getpid(), signal.SIGKILL)
-        start = time.monotonic()
-        t = torch.ones(16)
-        try:  # rank 0 waits for a message from the rank that dies, rank 1 for one from any rank
-            dist.recv(t, src=world - 1) if rank == 0 else dist.recv(t)
-            out.put((rank, "no error", time.monotonic() - start))
-        except RuntimeError as e:
-            out.put((rank, str(e), time.monotonic() - start))
-    except Exception:
-        out.put((rank, "setup: " + traceback.format_exc(), -1))
-    os._exit(0)
+def _all_reduce_until_it_fails(rank, world):
+    t = torch.ones(1 << 16)
+    for _ in range(100000):  # until the peer's death reaches this rank
+        dist.all_reduce(t, async_op=True).wait()
+
+
+def _receive_from_the_dying_rank(rank, world):
+    t = torch.ones(16)  # rank 0 waits for a message from the rank that dies, rank 1 for one from any rank
+    dist.recv(t, src=world - 1) if rank == 0 else dist.recv(t)
+
+
+_killed = _last_rank_dies_during(_all_reduce_until_it_fails)
+_killed_while_receiving = _last_rank_dies_during(_receive_from_the_dying_rank)
 
 
 def _mismatched(rank, world, path, out):

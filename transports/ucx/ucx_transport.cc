@@ -167,7 +167,7 @@ class UcxTransport final : public Transport {
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
     Peer& p = connected(peer);
     WireHeader h{tag.seq, tag.count, tag.root, static_cast<uint8_t>(tag.kind), tag.dtype, tag.redop, 0, len};
-    const uint64_t t = tagFor(messageClass(tag) == 0 ? kDataClass : kTaggedClass, setup_.rank);
+    const uint64_t t = tagFor(classOf(tag), setup_.rank);
     if (len <= kInlineBytes) {  // UCX copies it out at once, or says it cannot: then it takes the path below
       alignas(8) uint8_t stage[kHeaderBytes + kInlineBytes];
       if (sendAtOnce(p.ep.get(), stage, packCopied(stage, h, buf, len), t) == UCS_OK) {
@@ -191,7 +191,7 @@ class UcxTransport final : public Transport {
     Peer& p = connected(peer);
     req->done = false;
     Op& op = takeOp(Role::Recv, &p, req, static_cast<uint8_t*>(buf), len, tag);
-    const uint64_t t = tagFor(messageClass(tag) == 0 ? kDataClass : kTaggedClass, peer);
+    const uint64_t t = tagFor(classOf(tag), peer);
     postRecv(op.parts[0], worker_.get(), op.bounce.get(), kFirstBytes, t);
     if (len > kCopyBytes) postRecv(op.parts[1], worker_.get(), buf, len, t);
     processDone();

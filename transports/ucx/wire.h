@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "lib/base/ops.h"
+
 namespace chorus::transport::ucx {
 
 constexpr uint32_t kControlMagic = 0x43485543;  // "CHUC"
@@ -14,6 +16,8 @@ constexpr uint64_t kDataClass = 0;
 constexpr uint64_t kControlClass = uint64_t{1} << 62;
 constexpr uint64_t kTaggedClass = uint64_t{2} << 62;  // Note [Message classes] in lib/base/ops.h
 constexpr uint64_t kFullMask = ~uint64_t{0};
+// A data message's UCP class: collectives' or tagged point-to-point's.
+inline uint64_t classOf(const OpTag& t) { return messageClass(t) == 0 ? kDataClass : kTaggedClass; }
 constexpr uint64_t tagFor(uint64_t cls, int senderRank) { return cls | static_cast<uint32_t>(senderRank); }
 
 // Opens every data message's first UCP message; repeats the OpTag (Note [Message tags] in transports/transport.h).
