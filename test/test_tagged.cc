@@ -373,6 +373,9 @@ TEST(Tagged, DestroyEndsAPendingReceive) {
   const auto t0 = Clock::now();
   destroyAll(comms);  // returns although the receive never got its message
   EXPECT_LT(secondsSince(t0), 5.0);
+  EXPECT_REFUSED(chorusStreamSynchronize(s), chorusInvalidUsage, nullptr, "destroyed",
+                 "tagged receive (tag 6 from rank 0");
+  EXPECT_EQ(chorusStreamDestroy(s), chorusSuccess);
 }
 
 // The slow reference: a plan every rank derives from one seed. Message i goes from src to dst with tag i (or,
