@@ -373,8 +373,13 @@ TEST(Tagged, DestroyEndsAPendingReceive) {
   const auto t0 = Clock::now();
   destroyAll(comms);  // returns although the receive never got its message
   EXPECT_LT(secondsSince(t0), 5.0);
-  EXPECT_REFUSED(chorusStreamSynchronize(s), chorusInvalidUsage, nullptr, "destroyed",
-                 "tagged receive (tag 6 from rank 0");
+  // Rank 0 goes first, so rank 1's receive ends because its peer left (or, had rank 1 gone first, because its own
+  // communicator was destroyed): either way the stream says so, naming the receive.
+  EXPECT_NE(chorusStreamSynchronize(s), chorusSuccess);
+  EXPECT_NE(std::string(chorusGetLastError(nullptr)).find("destroyed"), std::string::npos)
+      << chorusGetLastError(nullptr);
+  EXPECT_NE(std::string(chorusGetLastError(nullptr)).find("tagged receive (tag 6 from rank 0"), std::string::npos)
+      << chorusGetLastError(nullptr);
   EXPECT_EQ(chorusStreamDestroy(s), chorusSuccess);
 }
 
