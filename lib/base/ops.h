@@ -66,6 +66,10 @@ struct Request {
   int pendingParts = 0;  // transport-private bookkeeping
 };
 
+// A receive a peer may leave behind (Request::optional). Only a standing receive can be: its Request is the
+// communicator's, alive for as long as the transport, where another's may be gone once its operation ended.
+inline bool optional(const OpTag& t, const Request* req) { return standing(t) && req->optional; }
+
 // One recorded call, as validated at the API.
 struct CollArgs {
   OpKind kind = OpKind::None;

@@ -519,7 +519,7 @@ class ShmTransport final : public Transport {
   void failIfStuck(Peer& p) {
     const OpTag* tag = nullptr;
     for (const Lane& l : p.lanes) {
-      const bool owed = !l.recvq.empty() && !l.recvq.front().req->optional;
+      const bool owed = !l.recvq.empty() && !optional(l.recvq.front().tag, l.recvq.front().req);
       tag = owed               ? &l.recvq.front().tag
             : !l.sendq.empty()  ? &l.sendq.front().tag
             : !l.direct.empty() ? &l.direct.front().tag

@@ -34,7 +34,7 @@ class DataSocket {
   bool sendPending() const { return !sendq_.empty(); }
   bool sendBlocked() const { return !sendq_.empty() && !writable_; }
   // A receive is posted that something waits for (not Request::optional).
-  bool recvExpected() const { return !recvq_.empty() && !recvq_.front().req->optional; }
+  bool recvExpected() const { return !recvq_.empty() && !optional(recvq_.front().tag, recvq_.front().req); }
   // Blocking (bounded) write of a control frame at a frame boundary; false if not possible.
   bool writeControl(const WireHeader& h, const std::string& text, Deadline deadline);
   // After this rank failed: drop the connection so that a peer blocked sending to us fails now.

@@ -373,8 +373,10 @@ class UcxTransport final : public Transport {
   void checkPeers() {
     for (Peer* p : connected_) {
       if (!p->failed() && !p->bye) continue;
-      const Op* owed = p->first;  // the oldest operation in flight with p that something waits for
-      while (owed != nullptr && owed->req != nullptr && owed->req->optional) owed = owed->next;
+      // The oldest operation in flight with p that something waits for. Only a standing receive may be optional,
+      // and only its Request is sure to be alive: another Op may outlive its caller's (a send's acknowledgement).
+      const Op* owed = p->first;
+      while (owed != nullptr && owed->role == Role::Recv && optional(owed->tag, owed->req)) owed = owed->next;
       if (owed != nullptr) {
         lost(peerLost(*p, owed->tag));
       } else if (p->failed() && !p->reported) {
