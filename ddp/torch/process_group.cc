@@ -89,10 +89,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::run(c10d::OpType type, const 
     chorusStreamDestroy(stream);
     TORCH_CHECK(false, "chorus: ", call, " failed: ", chorusGetErrorString(rc), ": ", text);
   }
-  auto work = c10::make_intrusive<ChorusWork>(getRank(), type, stream, call, std::move(outputs),
-                                              std::move(keep), std::move(after));
   const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV || type == c10d::OpType::RECVANYSOURCE;
-  (p2p ? p2pCompleter_ : completer_).push(work);
+  Completer& completer = p2p ? p2pCompleter_ : completer_;
+  auto work = c10::make_intrusive<ChorusWork>(getRank(), type, stream, call, std::move(outputs),
+                                              std::move(keep), std::move(after), &completer);
+  completer.push(work);
   return work;
 }
 

@@ -13,6 +13,15 @@ void checkLive(chorusStream_t s) {
     fail(chorusInvalidUsage, "stream ({}) is not a live stream: it was destroyed or never created",
          static_cast<void*>(s));
 }
+// Runs the stream's queued work on this thread while its communicator is idle (Note [Helping]); a communicator
+// being destroyed or aborted is left to finish the work itself.
+void helpWith(chorusStream_t s) {
+  try {
+    CallRef ref(static_cast<chorusComm_t>(s->comm), "the stream's communicator");
+    ref->executor().help([s] { return s->idle(); });
+  } catch (const Error&) {  // it went meanwhile
+  }
+}
 }  // namespace
 
 extern "C" {
@@ -39,6 +48,7 @@ chorusResult_t chorusStreamCreateFromCuda(chorusComm_t comm, void* cudaStream, c
 chorusResult_t chorusStreamSynchronize(chorusStream_t stream) {
   return apiCall(nullptr, [&] {
     checkLive(stream);
+    if (!stream->idle()) helpWith(stream);
     std::string msg;
     chorusResult_t rc = stream->waitAll(&msg);
     if (stream->device != nullptr) {
@@ -69,7 +79,8 @@ chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, vo
     if (fn == nullptr) fail(chorusInvalidArgument, "fn is NULL");
     CallRef ref(static_cast<chorusComm_t>(stream->comm), "the stream's communicator");
     std::vector<chorusStream*> streams{stream};
-    ref->executor().enqueue(orderWithDevices(*ref, [fn, userData] { fn(userData); }, streams), streams);
+    ref->executor().enqueue(orderWithDevices(*ref, [fn, userData] { fn(userData); }, streams), streams,
+                            /*workerOnly=*/true);
   });
 }
 

@@ -2,7 +2,8 @@
 // whatever stream they were given. A blocking call runs on the caller's thread when nothing is queued (no
 // hand-off latency); otherwise it queues behind the asynchronous work and waits. Asynchronous work runs on a
 // worker thread started on first use. While nothing is queued and tagged point-to-point has work in flight
-// (lib/comm/tagged.h), the worker drives it, giving way as soon as an operation is queued.
+// (lib/comm/tagged.h), the worker drives it, giving way as soon as an operation is queued. A thread about to wait
+// for a stream's work may run the queued operations itself (Note [Helping]).
 #pragma once
 
 #include <atomic>
@@ -34,8 +35,12 @@ class Executor {
 
   // Runs fn after all earlier work and returns when it is done; rethrows its chorus::Error.
   void runBlocking(FunctionRef<void()> fn);
-  // Queues fn and returns; each stream counts it as pending until it finishes.
-  void enqueue(Fn fn, std::vector<chorusStream*> streams);
+  // Queues fn and returns; each stream counts it as pending until it finishes. A host function (`workerOnly`)
+  // runs on the worker, never on a helping thread.
+  void enqueue(Fn fn, std::vector<chorusStream*> streams, bool workerOnly = false);
+  // Note [Helping]: runs queued operations on the calling thread, oldest first, until `done` or until the next one
+  // cannot start here at once (the executor is busy, nothing is queued, or a host function is next).
+  void help(FunctionRef<bool()> done);
   // Waits until every queued operation has finished.
   void drain();
   // Ends the worker once the queue is empty; no tagged traffic is driven afterwards.
@@ -46,11 +51,14 @@ class Executor {
     Fn fn;
     std::vector<chorusStream*> streams;
     std::shared_ptr<struct Completion> done;  // set for a blocking caller waiting on the queue
+    bool workerOnly = false;
   };
   void execute(FunctionRef<void()> fn, chorusResult_t* rc, std::string* msg);
   void report(const Error& e, chorusResult_t* rc, std::string* msg);  // a failed operation
   void releaseInline();  // after an operation ran on the caller's thread
   void workerLoop();
+  // Runs the front task, whose busy_ the caller claimed; g is held on entry and on return.
+  void runFront(std::unique_lock<std::mutex>& g);
   void startWorker();  // with mu_ held
   void drive(std::unique_lock<std::mutex>& g);  // tagged traffic, with busy_ claimed
 

@@ -9,6 +9,11 @@
 #include "lib/comm/comm.h"
 #include "lib/comm/devices.h"
 
+bool chorusStream::idle() {
+  std::lock_guard<std::mutex> g(mu);
+  return pending == 0;
+}
+
 void chorusStream::add() {
   std::lock_guard<std::mutex> g(mu);
   ++pending;

@@ -28,6 +28,7 @@ struct chorusStream {
   chorusResult_t error = chorusSuccess;
   std::string message;
 
+  bool idle();  // nothing pending
   void add();
   void finish(chorusResult_t rc, const std::string& msg);
   chorusResult_t waitAll(std::string* msg);

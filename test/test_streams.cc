@@ -1,0 +1,177 @@
+// Streams and the threads that synchronize them (Note [Helping] in lib/comm/executor.cc): a thread waiting in
+// chorusStreamSynchronize may run the communicator's queued operations itself, so these tests check that issue
+// order, results and host functions stay as chorus.h promises whichever thread runs an operation.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test/ranks.h"
+
+using chorus::test::check;
+using chorus::test::runRanks;
+
+namespace {
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& e : v) s += "\n  " + e;
+  return s;
+}
+
+int32_t input(int rank, int op, size_t j) { return static_cast<int32_t>((rank + 1) * 1000 + op * 7 + j % 13); }
+
+// Operations spread over several streams of one communicator, each followed by a host function that records the
+// order it ran in, while one thread per stream keeps synchronizing its stream: every result is right and the host
+// functions ran in issue order.
+class Helping : public ::testing::TestWithParam<int> {};
+
+TEST_P(Helping, ThreadsSynchronizingStreamsWhileOperationsQueueKeepIssueOrder) {
+  const int n = GetParam();
+  constexpr int kStreams = 4, kOps = 240;
+  auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
+    std::vector<chorusStream_t> streams(kStreams);
+    for (auto& s : streams) check(chorusStreamCreate(comm, &s), comm, "stream create");
+    std::vector<std::vector<int32_t>> bufs(kOps);
+    std::mutex orderMu;
+    std::vector<int> order;
+    struct Mark {
+      std::mutex* mu;
+      std::vector<int>* order;
+      int op;
+    };
+    std::vector<Mark> marks(kOps);
+    std::atomic<bool> issued{false};
+    std::vector<std::string> failures(kStreams);
+    std::vector<std::thread> syncers;
+    for (int k = 0; k < kStreams; ++k)
+      syncers.emplace_back([&, k] {
+        do {
+          if (chorusStreamSynchronize(streams[k]) != chorusSuccess) {
+            failures[k] = chorusGetLastError(comm);
+            return;
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(50));  // 20 threads share 2 cores
+        } while (!issued.load());
+      });
+    for (int op = 0; op < kOps; ++op) {
+      const size_t count = 1 + static_cast<size_t>(op * 37 % 5000);
+      bufs[op].resize(count);
+      for (size_t j = 0; j < count; ++j) bufs[op][j] = input(r, op, j);
+      chorusStream_t s = streams[op % kStreams];
+      check(chorusAllReduce(bufs[op].data(), bufs[op].data(), count, chorusInt32, chorusSum, comm, s), comm,
+            "allreduce " + std::to_string(op));
+      marks[op] = {&orderMu, &order, op};
+      check(chorusLaunchHostFunc(s, [](void* p) {
+        auto* m = static_cast<Mark*>(p);
+        std::lock_guard<std::mutex> g(*m->mu);
+        m->order->push_back(m->op);
+      }, &marks[op]), comm, "host function " + std::to_string(op));
+    }
+    issued = true;
+    for (auto& t : syncers) t.join();
+    for (auto& s : streams) check(chorusStreamSynchronize(s), comm, "final synchronize");
+    for (auto& s : streams) check(chorusStreamDestroy(s), comm, "stream destroy");
+    for (const std::string& f : failures)
+      if (!f.empty()) throw std::runtime_error("a synchronizing thread failed: " + f);
+    for (int op = 0; op < kOps; ++op)
+      for (size_t j = 0; j < bufs[op].size(); ++j) {
+        int32_t want = 0;
+        for (int q = 0; q < n; ++q) want += input(q, op, j);
+        if (bufs[op][j] != want)
+          throw std::runtime_error("op " + std::to_string(op) + " index " + std::to_string(j) + ": " +
+                                   std::to_string(bufs[op][j]) + ", expected " + std::to_string(want));
+      }
+    if (static_cast<int>(order.size()) != kOps) throw std::runtime_error("host functions ran " +
+                                                                         std::to_string(order.size()) + " times");
+    for (int op = 0; op < kOps; ++op)
+      if (order[op] != op)
+        throw std::runtime_error("host function of op " + std::to_string(order[op]) + " ran in place " +
+                                 std::to_string(op));
+  });
+  EXPECT_TRUE(errors.empty()) << "nranks=" << n << ":" << joined(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Helping, ::testing::Values(1, 2, 3, 5));
+
+// A host function holds the worker; an operation queued after it on another stream must not start before it ends,
+// even though a thread is waiting for that operation's stream (host functions run on the worker only).
+TEST(Helping, AWaitingThreadDoesNotOvertakeAHostFunction) {
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    chorusStream_t first = nullptr, second = nullptr;
+    check(chorusStreamCreate(comm, &first), comm, "stream create");
+    check(chorusStreamCreate(comm, &second), comm, "stream create");
+    std::atomic<bool> release{false};
+    check(chorusLaunchHostFunc(first, [](void* p) {
+      while (!static_cast<std::atomic<bool>*>(p)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }, &release), comm, "host function");
+    std::vector<float> x(1031, static_cast<float>(r + 1));
+    check(chorusAllReduce(x.data(), x.data(), x.size(), chorusFloat32, chorusSum, comm, second), comm, "allreduce");
+    std::atomic<chorusResult_t> synced{chorusInProgress};
+    std::thread waiter([&] { synced = chorusStreamSynchronize(second); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // time to overtake, were it allowed
+    const bool early = synced.load() != chorusInProgress || x[0] != static_cast<float>(r + 1);
+    release = true;
+    waiter.join();
+    if (early) throw std::runtime_error("the AllReduce ran (or its stream completed) while the host function before it "
+                                        "was still running");
+    check(synced.load(), comm, "synchronize");
+    check(chorusStreamSynchronize(first), comm, "synchronize first");
+    for (float v : x)
+      if (v != 3.0f) throw std::runtime_error("AllReduce gave " + std::to_string(v) + ", expected 3");
+    check(chorusStreamDestroy(first), comm, "stream destroy");
+    check(chorusStreamDestroy(second), comm, "stream destroy");
+  });
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+}
+
+// chorus.h promises host functions the communicator's thread: a thread synchronizing their stream never runs them.
+TEST(Helping, HostFunctionsRunOnTheCommunicatorsThreadNotOnTheSynchronizingOne) {
+  auto errors = runRanks(1, [&](int, chorusComm_t& comm) {
+    chorusStream_t s = nullptr;
+    check(chorusStreamCreate(comm, &s), comm, "stream create");
+    for (int round = 0; round < 200; ++round) {
+      std::thread::id ran;
+      check(chorusLaunchHostFunc(s, [](void* p) { *static_cast<std::thread::id*>(p) = std::this_thread::get_id(); },
+                                 &ran), comm, "host function");
+      check(chorusStreamSynchronize(s), comm, "synchronize");
+      if (ran == std::this_thread::get_id())
+        throw std::runtime_error("round " + std::to_string(round) + ": the host function ran on the thread that "
+                                 "synchronized its stream");
+    }
+    check(chorusStreamDestroy(s), comm, "stream destroy");
+  });
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+}
+
+// A blocking call issued while earlier work is queued waits for it; a thread synchronizing the queued work's stream
+// meanwhile may run it: both finish with the right values.
+TEST(Helping, ABlockingCallBehindQueuedWorkAndAHelperBothFinish) {
+  auto errors = runRanks(3, [&](int r, chorusComm_t& comm) {
+    chorusStream_t s = nullptr;
+    check(chorusStreamCreate(comm, &s), comm, "stream create");
+    for (int round = 0; round < 50; ++round) {
+      std::vector<int64_t> a(4099, r + round), b(17, r * 2);
+      check(chorusAllReduce(a.data(), a.data(), a.size(), chorusInt64, chorusSum, comm, s), comm, "queued");
+      chorusResult_t helped = chorusInProgress;
+      std::thread helper([&] { helped = chorusStreamSynchronize(s); });
+      const chorusResult_t blocking =
+          chorusAllReduce(b.data(), b.data(), b.size(), chorusInt64, chorusMax, comm, nullptr);
+      helper.join();
+      check(helped, comm, "synchronize");
+      check(blocking, comm, "blocking");
+      if (a[0] != 3 + 3 * round || a.back() != 3 + 3 * round || b[0] != 4)
+        throw std::runtime_error("round " + std::to_string(round) + ": " + std::to_string(a[0]) + " and " +
+                                 std::to_string(b[0]));
+    }
+    check(chorusStreamDestroy(s), comm, "stream destroy");
+  });
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+}
+
+}  // namespace
