@@ -61,13 +61,23 @@ double CostModel::allReduceUs(AllReduceAlgo a, size_t bytes) const {
                       link.alphaUs + std::max(steps * C * t, (n - 1) / n * S / red));
     }
     case AllReduceAlgo::Tree: {
-      // A pipeline of k chunks per tree: the first chunk's path (up and down, `steps` hops of alpha + t), then
-      // one period of the busiest link (treeLoad chunks) per further chunk:
+      // A pipeline of k chunks per tree: the first chunk's path (up and down: hops of alpha plus a chunk's time
+      // on its link), then one period of the busiest link per further chunk. On one kind of link that is
       //     latency + steps t + (k - 1) treeLoad t = latency + treeLoad (S/2) / beta + (steps - treeLoad) t.
+      // Across hosts the host tree's hops cross the net and the chains' stay inside a host, and the period is the
+      // busier of the host's link to the others (treeHostLoad chunks) and a rank's link inside its host (treeLoad
+      // chunks): 2 hosts x 2 ranks, 16 MiB at 1 Gbit/s measured 141 ms, S / beta, where charging the chain's
+      // load to the net predicted twice that and picked the ring (211 ms, 1.5 S / beta).
       const double chunk = std::min(S / 2, static_cast<double>(treeChunkBytes(bytes, chunkAt(chunks, bytes))));
       const double latency = 2 * (hostTreeDepth * net.alphaUs + (maxPerHost - 1) * local.alphaUs);
-      const int steps = 2 * (hostTreeDepth + maxPerHost - 1);
-      return latency + std::max((treeLoad * S / 2 + (steps - treeLoad) * chunk) / bw, S / red);
+      const double k = std::max(1.0, S / 2 / chunk), localBw = local.gbps * 1e3;
+      if (hosts == 1) {
+        const int steps = 2 * (maxPerHost - 1);
+        return latency + std::max((treeLoad * S / 2 + (steps - treeLoad) * chunk) / bw, S / red);
+      }
+      const double path = 2 * hostTreeDepth * chunk / bw + 2 * (maxPerHost - 1) * chunk / localBw;
+      const double period = std::max(treeHostLoad * chunk / bw, (maxPerHost > 1 ? treeLoad : 0) * chunk / localBw);
+      return latency + std::max(path + (k - 1) * period, S / red);
     }
     case AllReduceAlgo::RecursiveDoubling: {
       const int steps = floorLog2(p) + fold;

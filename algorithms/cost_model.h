@@ -10,7 +10,9 @@
 //          path and the links' busy time)
 //   tree   2 * (depth of the host tree + ranks per host - 1) steps, 2S on an interior rank's link (S with 2
 //          hosts: treeLoad), S reduced, overlapped; pipelined: the first chunk's path, then one period of the
-//          busiest link per further chunk (Note [Double binary tree], algorithms/tree.cc)
+//          busiest link per further chunk (Note [Double binary tree], algorithms/tree.cc). Across hosts the
+//          busiest link is the busier of a host's link to the others (treeHostLoad: the host tree's load; the
+//          chains inside hosts do not cross it) and a rank's link inside its host (treeLoad)
 //   recursive doubling   log2(p) steps (+2 folding n onto a power of two p) of the whole buffer each
 //   halving-doubling     2 log2(p) steps (+2), 2(p-1)/p S (+2S folding), (p-1)/p S reduced
 //   direct (shm only, n > 2)   1 step, (n-1) S sent and reduced
@@ -46,6 +48,7 @@ struct CostModel {
   int maxPerHost = 1;     // ranks on the most populated host
   int hostTreeDepth = 0;  // edges on the deepest root-to-leaf path of the host-level double binary tree
   int treeLoad = 4;       // half-buffers the busiest rank sends in the two trees (2 with 2 hosts, else 4+)
+  int treeHostLoad = 4;   // half-buffers the busiest host sends to other hosts in the two trees (hosts > 1)
   bool reduceOnReceive = false;  // every pair's transport reduces while receiving (shm): no staging copies
   bool directAllowed = false;    // reduceOnReceive and n > 2
   LinkCost local;         // between ranks of one host

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     m.maxPerHost = 1;
     const algo::DoubleTreeStats trees = algo::doubleTreeStats(n);
     m.hostTreeDepth = trees.depth;
-    m.treeLoad = trees.load;
+    m.treeLoad = m.treeHostLoad = trees.load;
     m.net = {alpha, gbps};
     if (const chorus::transport::Descriptor* shm = chorus::transport::find("shm"))
       m.local = {shm->traits.alphaUs, shm->traits.gbps};

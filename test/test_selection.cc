@@ -124,6 +124,30 @@ TEST(CostModel, SlowLinksPreferTheTreeForSmallAndTheRingForLargeMessages) {
   EXPECT_NEAR(m.allReduceUs(AllReduceAlgo::Ring, 64 << 20), 2 * 7.0 / 8 * (64 << 20) / 117.0, 0.1 * 1e6);
 }
 
+// Hosts of several ranks: the chains inside the hosts do not load the link between them, so for large buffers
+// the tree (S across a 2-host link) beats the ring (2(n-1)/n S); measured on 2 simulated hosts x 2 ranks at
+// 1 Gbit/s, 16 MiB: tree 141 ms, ring 211 ms (docs/cluster-results.md).
+TEST(CostModel, TwoHostsOfSeveralRanksPreferTheTreeForLargeMessages) {
+  for (int perHost : {2, 4}) {
+    CostModel m = slowCluster(2);
+    m.nranks = 2 * perHost;
+    m.maxPerHost = perHost;
+    m.treeLoad = 4;
+    m.treeHostLoad = 2;
+    for (size_t b : {size_t{1} << 20, size_t{16} << 20, size_t{256} << 20}) {
+      EXPECT_EQ(m.chooseAllReduce(kAlgoRing | kAlgoTree, b), AllReduceAlgo::Tree) << perHost << " per host, " << b;
+      // the tree's bandwidth term: S at the net's 0.117 GB/s (its chains run at the local link's speed)
+      if (b >= (size_t{16} << 20)) {
+        EXPECT_NEAR(m.allReduceUs(AllReduceAlgo::Tree, b), static_cast<double>(b) / 117.0, 0.03 * b / 117.0) << b;
+      }
+    }
+  }
+  // One rank per host: both trees' loads are the host's, as before (4 half-buffers with 8 hosts): the ring wins.
+  CostModel one = slowCluster(8);
+  one.treeLoad = one.treeHostLoad = 4;
+  EXPECT_EQ(one.chooseAllReduce(kAlgoRing | kAlgoTree, 64 << 20), AllReduceAlgo::Ring);
+}
+
 // Across hosts recursive doubling and halving-doubling need a 15% predicted lead over the ring and the tree
 // (cost_model.cc): below it the ring is kept even where the alpha-beta form puts them slightly ahead.
 TEST(CostModel, UnpipelinedAlgorithmsNeedAMarginAcrossHosts) {

@@ -113,6 +113,7 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   // A chain inside a host adds its child in each tree to the head's load, and a rank inside a chain sends up and
   // down in both trees.
   m.treeLoad = m.maxPerHost > 1 ? std::max(trees.load + 2, 4) : trees.load;
+  m.treeHostLoad = trees.load;
   m.reduceOnReceive = comm.reduceOnReceive();
   m.directAllowed = m.reduceOnReceive && m.nranks > 2;
   m.chunks = comm.chunkSteps();
