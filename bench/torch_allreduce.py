@@ -4,13 +4,17 @@
 Every rank makes a "chorus" default group and a "gloo" group; at each size the two alternate (chorus first in odd
 rounds, gloo first in even ones), float32 SUM, blocking calls (or async_op=True and wait, with --async); prints an
 nccl-tests-like table of the medians over rounds: time per call in us and busbw (algbw * 2(n-1)/n) in GB/s.
+With --c-bench BUILD, Chorus's own C benchmark (BUILD/bench/all_reduce_perf under BUILD/scripts/chorusrun, in
+place, -z 1 blocking or -z 0 on a stream with --async) runs the same sizes in the same invocation, each round
+right after the torch round, and the table adds its time and how much of its speed survives through torch.
 
 usage: PYTHONPATH=build/ddp/torch /usr/bin/python3 bench/torch_allreduce.py [-n 2] [-b 8] [-e 256M] [-f 4]
-       [--rounds 3] [--async]    (CHORUS_SHM_DISABLE=1 for TCP)
+       [--rounds 3] [--async] [--c-bench build]    (CHORUS_SHM_DISABLE=1 for TCP)
 """
 import argparse
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 
@@ -37,7 +41,7 @@ def timed(t, group, iters, async_op):
     return (time.perf_counter() - start) / iters
 
 
-def rank_main(rank, world, path, args, out):
+def rank_main(rank, world, path, args, out, rounds, first):
     dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
     groups = {"chorus": None, "gloo": dist.new_group(backend="gloo")}
     size = args.begin
@@ -46,7 +50,7 @@ def rank_main(rank, world, path, args, out):
         t = torch.ones(max(size // 4, 1))
         iters = max(5, min(2000, int(2e8 // max(size, 1) // 50)))
         times = {"chorus": [], "gloo": []}
-        for r in range(args.rounds):
+        for r in range(first, first + rounds):
             order = ["chorus", "gloo"] if r % 2 == 0 else ["gloo", "chorus"]
             for name in order:
                 timed(t, groups[name], max(2, iters // 10), args.async_op)  # warm-up
@@ -58,6 +62,20 @@ def rank_main(rank, world, path, args, out):
     dist.destroy_process_group()
 
 
+def c_bench(args):
+    """Per size, Chorus's C all_reduce_perf time in us (in place), one adaptive run over all sizes."""
+    cmd = [os.path.join(args.c_bench, "scripts", "chorusrun"), "-n", str(args.n), "--no-prefix",
+           os.path.join(args.c_bench, "bench", "all_reduce_perf"), "-b", str(args.begin), "-e", str(args.end),
+           "-f", str(args.factor), "-a", "1", "-T", "0.3", "-c", "0", "-z", "0" if args.async_op else "1"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    times = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 13 and f[0].isdigit():
+            times[int(f[0])] = float(f[9])  # the in-place time column
+    return times
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("-n", type=int, default=2)
@@ -66,28 +84,46 @@ def main():
     p.add_argument("-f", dest="factor", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--async", dest="async_op", action="store_true")
+    p.add_argument("--c-bench", metavar="BUILD", help="also run BUILD's C all_reduce_perf, interleaved by round")
     args = p.parse_args()
     os.environ.setdefault("CHORUS_SOCKET_IFNAME", "=lo")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     ctx = mp.get_context("fork")
-    out = ctx.SimpleQueue()
-    with tempfile.TemporaryDirectory() as d:
-        procs = [ctx.Process(target=rank_main, args=(r, args.n, os.path.join(d, "init"), args, out))
-                 for r in range(args.n)]
-        for pr in procs:
-            pr.start()
-        rows = out.get()
-        for pr in procs:
-            pr.join()
+    # With the C benchmark, each round is a launch of its own (torch's round, then C's); else one launch runs
+    # every round.
+    launches, per_launch = (args.rounds, 1) if args.c_bench else (1, args.rounds)
+    rounds = []
+    c_times = []
+    for launch in range(launches):
+        out = ctx.SimpleQueue()
+        with tempfile.TemporaryDirectory() as d:
+            procs = [ctx.Process(target=rank_main,
+                                 args=(r, args.n, os.path.join(d, "init"), args, out, per_launch, launch))
+                     for r in range(args.n)]
+            for pr in procs:
+                pr.start()
+            rounds.append(out.get())
+            for pr in procs:
+                pr.join()
+        if args.c_bench:
+            c_times.append(c_bench(args))
     bus = 2 * (args.n - 1) / args.n
     print(f"# torch.distributed all_reduce float32 sum, {args.n} processes, "
           f"{'async_op + wait' if args.async_op else 'blocking'}, median of {args.rounds} interleaved rounds")
-    print("| bytes | chorus us | chorus busbw GB/s | gloo us | gloo busbw GB/s | gloo time / chorus time |")
-    print("|---|---|---|---|---|---|")
-    for nbytes, t in rows:
+    head = "| bytes | chorus us | chorus busbw GB/s | gloo us | gloo busbw GB/s | gloo time / chorus time |"
+    if args.c_bench:
+        head += f" C {'-z 0' if args.async_op else '-z 1'} us | C time / torch-chorus time |"
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
+    for i, (nbytes, _) in enumerate(rounds[0]):
+        t = {k: statistics.median(r[i][1][k] for r in rounds) for k in ("chorus", "gloo")}
         bw = {k: nbytes / v / 1e9 * bus for k, v in t.items()}
-        print(f"| {nbytes} | {t['chorus'] * 1e6:.1f} | {bw['chorus']:.2f} | {t['gloo'] * 1e6:.1f} | {bw['gloo']:.2f} |"
-              f" {t['gloo'] / t['chorus']:.2f} |")
+        line = (f"| {nbytes} | {t['chorus'] * 1e6:.1f} | {bw['chorus']:.2f} | {t['gloo'] * 1e6:.1f} | {bw['gloo']:.2f} |"
+                f" {t['gloo'] / t['chorus']:.2f} |")
+        if args.c_bench:
+            c = statistics.median(ct[nbytes] for ct in c_times if nbytes in ct)
+            line += f" {c:.2f} | {c / (t['chorus'] * 1e6):.2f} |"
+        print(line)
 
 
 if __name__ == "__main__":
