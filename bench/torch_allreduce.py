@@ -41,6 +41,14 @@ def timed(t, group, iters, async_op):
     return (time.perf_counter() - start) / iters
 
 
+def measured(t, group, async_op, budget=0.2):
+    """Seconds per call over about `budget` seconds of calls (5 to 2000 of them) after a warm-up that estimates the
+    call's time; every rank computes the same count (rank 0's estimate, broadcast)."""
+    est = torch.tensor([timed(t, group, 3, async_op)], dtype=torch.float64)
+    dist.broadcast(est, 0, group=group)
+    return timed(t, group, max(5, min(2000, int(budget / max(est.item(), 1e-7)))), async_op)
+
+
 def rank_main(rank, world, path, args, out, rounds, first):
     dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
     groups = {"chorus": None, "gloo": dist.new_group(backend="gloo")}
@@ -48,13 +56,11 @@ def rank_main(rank, world, path, args, out, rounds, first):
     rows = []
     while size <= args.end:
         t = torch.ones(max(size // 4, 1))
-        iters = max(5, min(2000, int(2e8 // max(size, 1) // 50)))
         times = {"chorus": [], "gloo": []}
         for r in range(first, first + rounds):
             order = ["chorus", "gloo"] if r % 2 == 0 else ["gloo", "chorus"]
             for name in order:
-                timed(t, groups[name], max(2, iters // 10), args.async_op)  # warm-up
-                times[name].append(timed(t, groups[name], iters, args.async_op))
+                times[name].append(measured(t, groups[name], args.async_op))
         rows.append((t.numel() * 4, {k: statistics.median(v) for k, v in times.items()}))
         size *= args.factor
     if rank == 0:

@@ -32,11 +32,12 @@ int ChorusWork::sourceRank() const {
 
 // Note [Lazy completion]: a Work is completed by whichever comes first: a thread waiting for it (which also runs
 // the operation itself if the communicator has not started it: Note [Helping] in lib/comm/executor.cc), one asking
-// isCompleted() once its stream is done, or the completer. The completer hurries only for Works whose Future was
-// handed out (DDP's buckets: the Future's callbacks must run without anyone waiting); otherwise it looks every
-// millisecond for finished ones. Waking it for every Work cost a blocking 8-byte all_reduce two more thread
-// wake-ups. The completer pointer is cleared under futureMu_ at completion, and the completer completes every
-// queued Work before it goes, so getFuture() never reaches a completer that is gone.
+// isCompleted() once its stream is done, or the completer. The completer's thread wakes only for Works whose
+// Future was handed out (DDP's buckets: the Future's callbacks must run without anyone waiting), and then completes
+// the queue in order; otherwise the next push takes the finished Works off the queue's front (releasing their
+// tensors). Waking the completer for every Work cost a blocking 8-byte all_reduce two more thread wake-ups. The
+// completer pointer is cleared under futureMu_ at completion, and the completer completes every queued Work
+// before it goes, so getFuture() never reaches a completer that is gone.
 c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
   std::lock_guard<std::mutex> g(futureMu_);
   if (!handedOut_ && completer_ != nullptr) completer_->hurry();
@@ -173,16 +174,21 @@ void Completer::close() {
 }
 
 void Completer::push(c10::intrusive_ptr<ChorusWork> w) {
+  std::vector<c10::intrusive_ptr<ChorusWork>> finished;
   std::unique_lock<std::mutex> g(mu_);
   if (stop_) {  // closing (a callback issued it): completed here
     g.unlock();
     w->complete(nullptr);
     return;
   }
-  const bool wake = queue_.empty();  // else it looks again within a millisecond
+  // Works whose operations are done leave the queue here, in order (Note [Lazy completion]).
+  while (!queue_.empty() && queue_.front()->streamDone()) {
+    finished.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
   queue_.push_back(std::move(w));
   g.unlock();
-  if (wake) cv_.notify_one();
+  for (auto& f : finished) f->complete(&callbacks_);  // a no-op for those their waiters completed
 }
 
 void Completer::hurry() {
@@ -196,23 +202,11 @@ void Completer::hurry() {
 void Completer::run() {
   std::unique_lock<std::mutex> g(mu_);
   for (;;) {
-    if (queue_.empty()) {
-      hurry_ = false;
-      if (stop_) return;
-      cv_.wait(g);
-      continue;
-    }
-    c10::intrusive_ptr<ChorusWork> w = queue_.front();  // only this thread pops: it stays the front
-    if (!hurry_ && !stop_) {  // Note [Lazy completion]
-      g.unlock();
-      const bool done = w->streamDone();
-      g.lock();
-      if (!done) {
-        cv_.wait_for(g, std::chrono::milliseconds(1));
-        continue;
-      }
-    }
+    cv_.wait(g, [&] { return stop_ || (hurry_ && !queue_.empty()); });
+    if (queue_.empty()) return;  // stop_ with nothing left
+    c10::intrusive_ptr<ChorusWork> w = std::move(queue_.front());
     queue_.pop_front();
+    if (queue_.empty()) hurry_ = false;
     g.unlock();
     w->complete(&callbacks_);
     w.reset();

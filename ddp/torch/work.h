@@ -84,8 +84,9 @@ class Completer {
  public:
   Completer();
   ~Completer() { close(); }
+  // Queues w, and completes the Works at the queue's front whose operations are done.
   void push(c10::intrusive_ptr<ChorusWork> w);
-  void hurry();  // a queued Work's Future was handed out
+  void hurry();  // a queued Work's Future was handed out: complete the queue now
   void close();  // completes what is queued (and runs its callbacks), then ends the threads
 
  private:
@@ -93,7 +94,7 @@ class Completer {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<c10::intrusive_ptr<ChorusWork>> queue_;
-  bool hurry_ = false;  // complete what is queued now
+  bool hurry_ = false;  // complete what is queued now (the thread sleeps otherwise)
   bool stop_ = false;
   CallbackThreads callbacks_;  // outlives thread_
   std::thread thread_;
