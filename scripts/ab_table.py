@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The table of scripts/bench_ab.sh: per transport, ranks and size, the median over the rounds of build A and of
-build B (time in us at 8 B, in-place busbw in GB/s from 1 MiB up) with the range over the rounds, the ratio of
+build B (time in us below 64 KiB, in-place busbw in GB/s from 64 KiB up) with the range over the rounds, the ratio of
 the medians B/A and the median of the rounds' own ratios (A and B ran back to back in each round, so that one
 cancels the machine's drift between rounds). For time, > 1 is slower; for busbw, < 1 is slower."""
 import glob
@@ -8,6 +8,12 @@ import os
 import re
 import statistics
 import sys
+
+
+def nbytes(size):
+    """'8', '4K', '16M' as bytes (numfmt's IEC suffixes)."""
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(size[:-1]) * mult[size[-1]] if size[-1] in mult else int(size)
 
 
 def row(path):
@@ -35,12 +41,11 @@ def main():
     print("| transport | ranks | size | metric | A median (range) | B median (range) | B/A of medians "
           "| median of B/A per round | rounds |")
     print("|---|---|---|---|---|---|---|---|---|")
-    order = {"8": 0}
-    for (t, n, size) in sorted(points, key=lambda k: (k[0], k[1], order.get(k[2], 1), len(k[2]), k[2])):
+    for (t, n, size) in sorted(points, key=lambda k: (k[0], k[1], nbytes(k[2]))):
         v = points[(t, n, size)]
         if "A" not in v or "B" not in v:
             continue
-        small = size == "8"
+        small = nbytes(size) < 65536
         idx = 0 if small else 1
         av = [x[idx] for x in v["A"].values()]
         bv = [x[idx] for x in v["B"].values()]
