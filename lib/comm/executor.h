@@ -38,8 +38,8 @@ class Executor {
   // Queues fn and returns; each stream counts it as pending until it finishes. A host function (`workerOnly`)
   // runs on the worker, never on a helping thread.
   void enqueue(Fn fn, std::vector<chorusStream*> streams, bool workerOnly = false);
-  // Note [Helping]: runs queued operations on the calling thread, oldest first, until `done` or until the next one
-  // cannot start here at once (the executor is busy, nothing is queued, or a host function is next).
+  // Note [Helping]: unless `done`, runs the queued operation on the calling thread if it is the only one, the
+  // executor is idle, the worker parked, and it is not a host function.
   void help(FunctionRef<bool()> done);
   // Waits until every queued operation has finished.
   void drain();
@@ -57,8 +57,9 @@ class Executor {
   void report(const Error& e, chorusResult_t* rc, std::string* msg);  // a failed operation
   void releaseInline();  // after an operation ran on the caller's thread
   void workerLoop();
-  // Runs the front task, whose busy_ the caller claimed; g is held on entry and on return.
-  void runFront(std::unique_lock<std::mutex>& g);
+  // Runs the front task, whose busy_ the caller claimed; g is held on entry and on return. Notifies the waiters of
+  // that task and drain()'s, and the worker when `wakeWorker`.
+  void runFront(std::unique_lock<std::mutex>& g, bool wakeWorker);
   void startWorker();  // with mu_ held
   void drive(std::unique_lock<std::mutex>& g);  // tagged traffic, with busy_ claimed
 
@@ -71,6 +72,7 @@ class Executor {
   std::atomic<bool> busy_{false};         // an operation is running (inline or on the worker), or the worker drives
   std::atomic<bool> driving_{false};      // the worker drives tagged traffic (busy_ is set too)
   std::atomic<bool> stop_{false};  // written under mu_; the driver reads it without
+  bool workerParked_ = true;       // guarded by mu_: the worker (if started) waits for work
   std::thread worker_;
 };
 
