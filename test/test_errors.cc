@@ -378,6 +378,7 @@ TEST(Init, ConfigIsCheckedNamingTheField) {
       {[](chorusConfig_t& c) { c.size = 8; }, "size 8"},
       {[](chorusConfig_t& c) { c.timeoutSec = -1; }, "config->timeoutSec=-1"},
       {[](chorusConfig_t& c) { c.initTimeoutSec = std::nan(""); }, "config->initTimeoutSec=nan"},
+      {[](chorusConfig_t& c) { c.peerTimeoutSec = -3; }, "config->peerTimeoutSec=-3"},
   };
   for (const Bad& b : bad) {
     chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
@@ -386,6 +387,19 @@ TEST(Init, ConfigIsCheckedNamingTheField) {
     EXPECT_REFUSED(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusInvalidArgument, nullptr, b.says);
     EXPECT_EQ(c, nullptr);
   }
+}
+
+// A config of the first layout (before peerTimeoutSec) is still accepted; its peerTimeoutSec is not read.
+TEST(Init, ConfigOfTheFirstLayoutIsAccepted) {
+  Watchdog wd;
+  chorusUniqueId id;
+  ASSERT_EQ(chorusGetUniqueId(&id), chorusSuccess) << chorusGetLastError(nullptr);
+  chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+  config.size = offsetof(chorusConfig_t, peerTimeoutSec);
+  config.peerTimeoutSec = -1;  // past the caller's struct: never looked at
+  chorusComm_t c = nullptr;
+  ASSERT_EQ(chorusCommInitRankConfig(&c, 1, id, 0, &config), chorusSuccess) << chorusGetLastError(nullptr);
+  EXPECT_EQ(chorusCommDestroy(c), chorusSuccess);
 }
 
 // A communicator's own initTimeoutSec bounds its creation (the environment's CHORUS_INIT_TIMEOUT is 120 s here).

@@ -63,16 +63,20 @@ CHORUS_API chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId);
 CHORUS_API chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank);
 /* Settings of one communicator, over the environment's: start from CHORUS_CONFIG_INITIALIZER (which leaves every
  * field to the environment) and set what you need. timeoutSec: how long a call may make no progress before it
- * fails with chorusTimeout (CHORUS_TIMEOUT); initTimeoutSec: how long creation may take (CHORUS_INIT_TIMEOUT).
- * 0 keeps the environment's; the bootstrap root of chorusGetUniqueId keeps CHORUS_INIT_TIMEOUT. */
+ * fails with chorusTimeout (CHORUS_TIMEOUT); initTimeoutSec: how long creation may take (CHORUS_INIT_TIMEOUT);
+ * peerTimeoutSec: how long a peer may send no heartbeat before it is declared silent and the communicator fails
+ * with chorusRemoteError naming it (CHORUS_PEER_TIMEOUT). 0 keeps the environment's; the bootstrap root of
+ * chorusGetUniqueId keeps CHORUS_INIT_TIMEOUT. A config of the earlier layout (without peerTimeoutSec) is
+ * accepted. */
 typedef struct {
   size_t size;      /* sizeof(chorusConfig_t): set by the initializer */
   unsigned magic;   /* set by the initializer */
   double timeoutSec;
   double initTimeoutSec;
+  double peerTimeoutSec;
 } chorusConfig_t;
 #define CHORUS_CONFIG_MAGIC 0x43686f72u
-#define CHORUS_CONFIG_INITIALIZER {sizeof(chorusConfig_t), CHORUS_CONFIG_MAGIC, 0.0, 0.0}
+#define CHORUS_CONFIG_INITIALIZER {sizeof(chorusConfig_t), CHORUS_CONFIG_MAGIC, 0.0, 0.0, 0.0}
 /* As chorusCommInitRank, with config's settings (NULL: the environment's only). */
 CHORUS_API chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank,
                                                    const chorusConfig_t* config);

@@ -130,7 +130,9 @@ namespace {
 Config withSettings(const chorusConfig_t* config) {
   Config c = Config::fromEnv();
   if (config == nullptr) return c;
-  if (config->size != sizeof(chorusConfig_t) || config->magic != CHORUS_CONFIG_MAGIC)
+  // The first layout ended before peerTimeoutSec.
+  constexpr size_t kFirstLayout = offsetof(chorusConfig_t, peerTimeoutSec);
+  if ((config->size != sizeof(chorusConfig_t) && config->size != kFirstLayout) || config->magic != CHORUS_CONFIG_MAGIC)
     fail(chorusInvalidArgument, "config (size {}, magic {:#x}) was not made from CHORUS_CONFIG_INITIALIZER of this "
          "chorus.h", config->size, config->magic);
   auto seconds = [](double v, const char* name, double* out) {
@@ -140,6 +142,7 @@ Config withSettings(const chorusConfig_t* config) {
   };
   seconds(config->timeoutSec, "timeoutSec", &c.timeoutSec);
   seconds(config->initTimeoutSec, "initTimeoutSec", &c.initTimeoutSec);
+  if (config->size > kFirstLayout) seconds(config->peerTimeoutSec, "peerTimeoutSec", &c.peerTimeoutSec);
   return c;
 }
 }  // namespace

@@ -31,6 +31,10 @@ constexpr EnvSpec kEnvTable[] = {
      "microseconds a waiting rank then polls between sched_yield calls before it sleeps (0..100000)"},
     {"CHORUS_TIMEOUT", "int", "600", "seconds an operation may make no progress before chorusTimeout (1..)"},
     {"CHORUS_INIT_TIMEOUT", "int", "120", "seconds communicator creation may take before chorusTimeout (1..)"},
+    {"CHORUS_PEER_TIMEOUT", "int", "30",
+     "seconds without a heartbeat from a peer before it is declared silent and the communicator fails naming it "
+     "(1..; 0: no heartbeats, e.g. where UDP between hosts is blocked); heartbeats come from a thread of the "
+     "library's own, so a rank busy computing is never declared"},
     {"CHORUS_SOCKET_IFNAME", "string", "",
      "interfaces to use: prefix list, ^ excludes, = exact (NCCL_SOCKET_IFNAME syntax); default first up non-lo"},
     {"CHORUS_HOSTID", "string", "", "overrides the host identity (hostname + boot id) used to group ranks"},
@@ -183,6 +187,7 @@ Config Config::fromEnv() {
   if (!envValue("CHORUS_SPIN_US").empty()) c.spinUs = static_cast<int>(envInt("CHORUS_SPIN_US", 0, 100000));
   c.timeoutSec = static_cast<double>(envInt("CHORUS_TIMEOUT", 1, 1LL << 31));
   c.initTimeoutSec = static_cast<double>(envInt("CHORUS_INIT_TIMEOUT", 1, 1LL << 31));
+  c.peerTimeoutSec = static_cast<double>(envInt("CHORUS_PEER_TIMEOUT", 0, 1LL << 31));
   c.socketIfname = envValue("CHORUS_SOCKET_IFNAME");
   c.hostId = envValue("CHORUS_HOSTID");
   c.transports = envValue("CHORUS_TRANSPORTS");

@@ -47,6 +47,7 @@ struct Config {
   int yieldUs = 200;
   double timeoutSec = 600;
   double initTimeoutSec = 120;
+  double peerTimeoutSec = 30;  // CHORUS_PEER_TIMEOUT (Note [Liveness] in lib/comm/liveness.h); 0: off
   std::string socketIfname;
   std::string hostId;
   std::string transports;  // CHORUS_TRANSPORTS, parsed by transports/registry.h

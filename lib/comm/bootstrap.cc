@@ -20,9 +20,9 @@ namespace {
 
 constexpr uint32_t kIdMagic = 0x43484944;  // "CHID"
 constexpr uint32_t kBootMagic = 0x43484253;  // "CHBS"
-constexpr uint32_t kBootVersion = 3;
+constexpr uint32_t kBootVersion = 4;
 constexpr uint32_t kMaxTransports = 8;
-constexpr size_t kMaxInfoFrame = 1024 + kMaxTransports * (64 + transport::kMaxAddressBytes);
+constexpr size_t kMaxInfoFrame = 1024 + (4 + sizeof(sockaddr_storage)) + kMaxTransports * (64 + transport::kMaxAddressBytes);
 constexpr size_t kMaxTableFrame = 64u << 20;
 constexpr double kHandshakeSeconds = 5.0;
 
@@ -85,6 +85,7 @@ void putInfo(Writer& w, const RankInfo& r) {
     w.putString(a.transport);
     w.putBytes(a.bytes.data(), a.bytes.size());
   }
+  w.putBytes(r.heartbeat.data(), r.heartbeat.size());
 }
 
 RankInfo getInfo(Reader& rd) {
@@ -102,6 +103,7 @@ RankInfo getInfo(Reader& rd) {
     a.bytes = rd.getBytes(transport::kMaxAddressBytes);
     r.addresses.push_back(std::move(a));
   }
+  r.heartbeat = rd.getBytes(sizeof(sockaddr_storage));
   return r;
 }
 

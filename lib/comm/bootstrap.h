@@ -26,6 +26,7 @@ struct RankInfo {
   std::string host;
   std::string hostId;
   std::vector<TransportAddress> addresses;  // the transports this rank offers, in its order of preference
+  std::vector<uint8_t> heartbeat;           // its heartbeat socket's sockaddr (Note [Liveness])
 };
 
 struct UniqueIdData {

@@ -101,6 +101,11 @@ void copySelfMessages(Comm& comm, std::span<const TaggedCall> calls) {
 }  // namespace
 
 void runCalls(Comm& comm, std::span<const TaggedCall> calls) {
+  struct Activity {  // what the heartbeats report (Note [Liveness])
+    Comm& comm;
+    ~Activity() { comm.endActivity(); }
+  } activity{comm};
+  if (!calls.empty()) comm.beginActivity(calls.front().tag);
   if (calls.size() == 1 && calls[0].args.kind != OpKind::Send) {  // one collective, the common case
     if (movesData(calls[0].args)) runOne(comm, calls[0]);
     return;

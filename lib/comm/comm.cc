@@ -48,6 +48,8 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   mine.host = host;
   mine.hostId = hostIdentity(config_.hostId);
   for (const auto& t : transports_) mine.addresses.push_back({t->name(), t->address()});
+  if (nranks > 1 && config_.peerTimeoutSec > 0)
+    heartbeatSocket_ = Liveness::openSocket(config_.socketIfname, &mine.heartbeat);
   offerDeviceRoute(mine);
   BootstrapResult boot = exchangeWithRoot(root, mine, deadline);
   setup_.commId = boot.commId;
@@ -69,6 +71,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   tagged_->start();
   model_ = buildCostModel(*this, oversubscribed_);
   executor_ = std::make_unique<Executor>(*this);
+  if (heartbeatSocket_) startLiveness(boot.ranks);
   CHORUS_INFO(kInit, "communicator ready: rank {} of {} on {}, commId {:016x}", rank, nranks, host, setup_.commId);
   std::string choices;
   for (const auto& c : model_.crossovers(config_.algo.allReduce))
@@ -394,8 +397,7 @@ void Comm::waitFor(FunctionRef<bool()> done, FunctionRef<std::string()> what) {
   unsigned idle = 0;  // progress() calls without movement
   bool spinning = true;
   while (!done()) {
-    if (aborted_.load(std::memory_order_relaxed))
-      fail(chorusInvalidUsage, "{}: {} was interrupted by chorusCommAbort", name(), what());
+    if (aborted_.load(std::memory_order_relaxed)) throwInterrupted(what);
     if (progress()) {
       idle = 0;
       spinning = true;
@@ -489,6 +491,7 @@ chorusResult_t Comm::asyncError() const {
 }
 
 void Comm::abort() {
+  userAbort_ = true;
   aborted_ = true;
   uint64_t one = 1;
   if (::write(abortFd_.get(), &one, sizeof one) < 0) { /* the flag alone still stops waiters within 100 ms */ }
@@ -500,6 +503,40 @@ void Comm::abort() {
     }
   }
   failed_ = true;
+}
+
+void Comm::startLiveness(const std::vector<RankInfo>& ranks) {
+  std::vector<Liveness::Member> members;
+  for (const RankInfo& r : ranks) members.push_back({peer(r.rank).name(), r.heartbeat});
+  liveness_ = std::make_unique<Liveness>(std::move(heartbeatSocket_), Liveness::Identity{rank(), setup_.commId,
+                                         setup_.secret}, std::move(members), config_.peerTimeoutSec, &activity_,
+                                         [this](const std::string& why) { failFromOutside(chorusRemoteError, why); });
+}
+
+void Comm::failFromOutside(chorusResult_t code, const std::string& text) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (failCode_ != chorusSuccess) return;  // broken already: that error stands
+    failCode_ = code;
+    failure_ = text;
+  }
+  failed_ = true;
+  aborted_ = true;
+  CHORUS_WARN(kColl, "{}: {}", name(), text);
+  uint64_t one = 1;
+  if (::write(abortFd_.get(), &one, sizeof one) < 0) { /* the flag alone still stops waiters within 100 ms */ }
+}
+
+void Comm::throwInterrupted(FunctionRef<std::string()> what) {
+  if (userAbort_.load()) fail(chorusInvalidUsage, "{}: {} was interrupted by chorusCommAbort", name(), what());
+  chorusResult_t code;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    code = failCode_;
+    why = failure_;
+  }
+  fail(code, "{}: {} cannot finish: {}", name(), what(), why);
 }
 
 void Comm::tellPeers() {
@@ -519,6 +556,7 @@ void Comm::tellPeers() {
 void Comm::shutdown() {
   executor_->drain();
   executor_->stop();  // its worker drives no tagged traffic from here on
+  liveness_.reset();  // says goodbye: leaving is not falling silent
   tagged_->failAll(chorusInvalidUsage,
                    fmt::format("{}: the communicator was destroyed while the operation was pending", name()));
   if (failed_.load())

@@ -20,6 +20,7 @@
 #include "lib/base/env.h"
 #include "lib/base/error.h"
 #include "lib/comm/executor.h"
+#include "lib/comm/liveness.h"
 #include "lib/comm/tagged.h"
 #include "lib/base/socket.h"
 #include "transports/ipc/ipc_transport.h"
@@ -122,6 +123,12 @@ class Comm : public algo::Context {
   chorusResult_t asyncError() const;
   // Makes every pending and later operation fail promptly; callable from any thread.
   void abort();
+  // Breaks the communicator from another thread (a peer declared silent, Note [Liveness]): pending and later
+  // operations fail promptly with this error.
+  void failFromOutside(chorusResult_t code, const std::string& text);
+  // What this rank is doing, for its heartbeats (executing thread only).
+  void beginActivity(const OpTag& tag) { activity_.store(Activity{tag.kind, tag.seq, true}.pack(), std::memory_order_relaxed); }
+  void endActivity() { activity_.store(activity_.load(std::memory_order_relaxed) & ~uint64_t{1}, std::memory_order_relaxed); }
   // Waits for queued work, says goodbye to the peers and closes connections.
   void shutdown();
 
@@ -169,8 +176,10 @@ class Comm : public algo::Context {
   std::unique_ptr<Executor> executor_;
   Fd abortFd_;  // eventfd: wakes a sleeping waiter on abort
   Fd kickFd_;   // eventfd: wakes a sleeping driveTagged when an operation is queued
-  std::atomic<bool> aborted_{false};
+  std::atomic<bool> aborted_{false};  // chorusCommAbort, or a failure from outside: waiters stop
+  std::atomic<bool> userAbort_{false};  // the first: chorusCommAbort
   std::atomic<bool> failed_{false};
+  [[noreturn]] void throwInterrupted(FunctionRef<std::string()> what);
   bool peersTold_ = false;
   mutable std::mutex mu_;  // guards failure_ and lastError_
   chorusResult_t failCode_ = chorusSuccess;
@@ -212,6 +221,11 @@ class Comm : public algo::Context {
   std::vector<std::vector<uint8_t*>> bounceFree_;
   std::vector<uint8_t> sendBlocked_;  // per peer, during finishStaged: an earlier staged send is not posted yet
   std::atomic<uint64_t> bytesSent_{0};
+  std::atomic<uint64_t> activity_{0};  // Activity::pack, read by the heartbeats
+  Fd heartbeatSocket_;                 // until liveness_ takes it
+  // Last: it goes first, while what its callback touches still exists.
+  std::unique_ptr<Liveness> liveness_;
+  void startLiveness(const std::vector<RankInfo>& ranks);
 };
 
 }  // namespace chorus
