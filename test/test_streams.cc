@@ -174,4 +174,31 @@ TEST(Helping, ABlockingCallBehindQueuedWorkAndAHelperBothFinish) {
   EXPECT_TRUE(errors.empty()) << joined(errors);
 }
 
+// A helping thread that posts a tagged receive leaves it for the worker to drive (the receive finishes after the
+// task that posted it): the worker is woken for it, and the sender's message, sent later, arrives. Each round the
+// receiver synchronizes at once, so it helps whenever it beats the worker to the queue.
+TEST(Helping, ATaggedReceivePostedByAHelperIsDrivenToTheEnd) {
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    chorusStream_t s = nullptr;
+    check(chorusStreamCreate(comm, &s), comm, "stream create");
+    for (int round = 0; round < 1000; ++round) {
+      int32_t v = r == 0 ? round : -1;
+      if (r == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(round % 3 == 0 ? 200 : 20));
+        check(chorusSendTagged(&v, 1, chorusInt32, 1, round, comm, nullptr), comm, "send");
+      } else {
+        int source = -1;
+        check(chorusRecvTagged(&v, 1, chorusInt32, round % 2 == 0 ? 0 : CHORUS_ANY_SOURCE, round, &source, comm, s),
+              comm, "recv");
+        check(chorusStreamSynchronize(s), comm, "synchronize");
+        if (v != round || source != 0)
+          throw std::runtime_error("round " + std::to_string(round) + ": got " + std::to_string(v) + " from " +
+                                   std::to_string(source));
+      }
+    }
+    check(chorusStreamDestroy(s), comm, "stream destroy");
+  });
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+}
+
 }  // namespace

@@ -190,7 +190,9 @@ void Executor::help(FunctionRef<bool()> done) {
   bool idle = false;
   if (!busy_.compare_exchange_strong(idle, true)) return;
   runFront(g, false);
-  if (!queue_.empty()) cv_.notify_all();  // issued meanwhile: the worker saw busy_ and waits on
+  // Work the worker may have seen busy_ for and gone back to sleep: operations issued meanwhile, or tagged traffic
+  // the operation posted (a receive finishes after its task; the worker drives it).
+  if (!queue_.empty() || comm_.tagged().needsDriving()) cv_.notify_all();
 }
 
 }  // namespace chorus

@@ -107,7 +107,16 @@ Liveness::Liveness(Fd socket, Identity me, std::vector<Member> members, double t
   CHORUS_INFO(kInit, "{}: heartbeats on udp {} every {:.2f} s to the next {} rank(s); silent after {} s "
               "(CHORUS_PEER_TIMEOUT)", members_[static_cast<size_t>(me_.rank)].name, at.str(),
               std::clamp(timeoutSec_ / 10, 0.05, 1.0), std::min(kWatchers, static_cast<int>(n) - 1), timeoutSec_);
+  // The first heartbeats go before the communicator is ready, not when the thread first runs: a rank stopped
+  // right after its init (or whose thread a loaded machine starts late) has been heard once, so its watchers
+  // cannot take its silence for UDP being blocked.
+  heartbeat();
   thread_ = std::thread(&Liveness::run, this);
+}
+
+void Liveness::heartbeat() {
+  const int n = static_cast<int>(members_.size());
+  for (int k = 1; k <= std::min(kWatchers, n - 1); ++k) send((me_.rank + k) % n, kHeartbeat, -1, {}, 0);
 }
 
 Liveness::~Liveness() {
@@ -191,7 +200,7 @@ void Liveness::run() {
   const int watchers = std::min(kWatchers, n - 1);
   const auto period = duration_cast<Clock::duration>(duration<double>(std::clamp(timeoutSec_ / 10, 0.05, 1.0)));
   const auto timeout = duration_cast<Clock::duration>(duration<double>(timeoutSec_));
-  Clock::time_point next = Clock::now();
+  Clock::time_point next = Clock::now() + period;  // the constructor sent the first ones
   for (;;) {
     const auto wait = duration_cast<milliseconds>(next - Clock::now()).count();
     pollfd fds[2] = {{sock_.get(), POLLIN, 0}, {stopFd_.get(), POLLIN, 0}};
@@ -201,7 +210,7 @@ void Liveness::run() {
     const Clock::time_point now = Clock::now();
     if (now < next) continue;
     next = now + period;
-    for (int k = 1; k <= watchers; ++k) send((me_.rank + k) % n, kHeartbeat, -1, {}, 0);
+    heartbeat();
     if (silent_ >= 0) {  // keep telling everyone: a notice may be lost, and ranks behind a cut need it
       for (int r = 0; r < n; ++r)
         if (r != me_.rank) send(r, kNotice, silent_, silentState_, silentMs_);

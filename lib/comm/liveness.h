@@ -68,6 +68,7 @@ class Liveness {
  private:
   struct Datagram;
   void run();
+  void heartbeat();  // to the ranks that watch this one
   void send(int to, uint8_t type, int about, Activity aboutState, uint32_t silentMs);
   void receive();
   void declare(int silent, const std::string& why);
