@@ -95,6 +95,11 @@ CHORUS_API chorusResult_t chorusCommDestroy(chorusComm_t comm);
 CHORUS_API chorusResult_t chorusCommAbort(chorusComm_t comm);
 /* chorusSuccess, or the error that broke comm (a dead peer, a mismatch, an abort). Never blocks. */
 CHORUS_API chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError);
+/* The flight recorder (CHORUS_FLIGHT_RECORDER: comm's last operations, their state, what they wait for) as one JSON
+ * line, NUL-terminated, as scripts/chorus_hang.py reads it: with buf NULL, *size gets the bytes needed; else buf
+ * gets the line if *size is enough (chorusInvalidArgument otherwise, *size then saying what is needed). Never
+ * blocks; callable from any thread, on a failed communicator too. */
+CHORUS_API chorusResult_t chorusCommDump(chorusComm_t comm, char* buf, size_t* size);
 CHORUS_API chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
 CHORUS_API chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
 /* Payload bytes this rank has handed to its transports since comm was created (all peers, all calls). Never

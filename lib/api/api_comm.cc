@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "lib/api/api_guard.h"
+#include "lib/api/dump_signal.h"
 #include "lib/base/identity.h"
 #include "lib/comm/bootstrap.h"
 #include "lib/comm/comm.h"
@@ -26,6 +27,7 @@ void recordError(chorusComm_t comm, const char* text) {
 namespace {
 
 chorusComm_t createComm(int nranks, int rank, const UniqueIdData& root, const Config& config) {
+  installDumpSignal();
   auto* c = new chorusComm(nranks, rank, root, config);
   registerComm(c);
   return c;
@@ -286,6 +288,27 @@ chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncE
     CallRef c(comm, "comm");
     if (asyncError == nullptr) fail(chorusInvalidArgument, "asyncError is NULL");
     *asyncError = c->asyncError();
+  });
+}
+
+chorusResult_t chorusCommDump(chorusComm_t comm, char* buf, size_t* size) {
+  return apiCall(comm, [&] {
+    CallRef c(comm, "comm");
+    if (size == nullptr) fail(chorusInvalidArgument, "size is NULL");
+    const std::string line = c->flightDump("chorusCommDump");
+    const size_t need = line.size() + 1;
+    if (buf == nullptr) {
+      *size = need;
+      return;
+    }
+    if (*size < need) {
+      const size_t had = *size;
+      *size = need;
+      fail(chorusInvalidArgument, "size={} is too small for the dump: it needs {} bytes (*size now says so)", had,
+           need);
+    }
+    std::memcpy(buf, line.c_str(), need);
+    *size = need;
   });
 }
 

@@ -126,6 +126,17 @@ bool commAlive(chorusComm_t c) {
   return gComms.count(c) != 0;
 }
 
+std::vector<Comm*> liveComms() {
+  std::vector<Comm*> out;
+  for (const Entry& e : gTable) {
+    Comm* c = e.comm.load();
+    if (c != nullptr && c != kGone && c != kFree) out.push_back(c);
+  }
+  std::lock_guard<std::mutex> g(gMu);
+  for (const auto& [c, calls] : gComms) out.push_back(c);
+  return out;
+}
+
 void registerStream(chorusStream_t s) {
   std::lock_guard<std::mutex> g(gMu);
   gStreams.insert(s);

@@ -3,6 +3,8 @@
 // the communicator once the last call on it has returned.
 #pragma once
 
+#include <vector>
+
 #include "chorus/chorus.h"
 #include "lib/comm/comm.h"
 
@@ -27,6 +29,8 @@ class CallRef {
 };
 
 bool commAlive(chorusComm_t c);
+// The communicators alive now (a snapshot: take a CallRef before using one).
+std::vector<Comm*> liveComms();
 void registerStream(chorusStream_t s);
 void unregisterStream(chorusStream_t s);
 // Throws unless s is a live stream created for comm.

@@ -35,6 +35,12 @@ constexpr EnvSpec kEnvTable[] = {
      "seconds without a heartbeat from a peer before it is declared silent and the communicator fails naming it "
      "(1..; 0: no heartbeats, e.g. where UDP between hosts is blocked); heartbeats come from a thread of the "
      "library's own, so a rank busy computing is never declared"},
+    {"CHORUS_FLIGHT_RECORDER", "int", "256",
+     "operations each communicator remembers (0..1000000; 0: none), dumped as one JSON line per rank on a timeout, "
+     "on a failure, on CHORUS_DUMP_SIGNAL and by chorusCommDump; scripts/chorus_hang.py merges the dumps"},
+    {"CHORUS_DUMP_SIGNAL", "string", "",
+     "USR1, USR2 or a signal number: on that signal every communicator of the process dumps its flight recorder "
+     "(installed only where the application has no handler of its own)"},
     {"CHORUS_SOCKET_IFNAME", "string", "",
      "interfaces to use: prefix list, ^ excludes, = exact (NCCL_SOCKET_IFNAME syntax); default first up non-lo"},
     {"CHORUS_HOSTID", "string", "", "overrides the host identity (hostname + boot id) used to group ranks"},
@@ -188,6 +194,7 @@ Config Config::fromEnv() {
   c.timeoutSec = static_cast<double>(envInt("CHORUS_TIMEOUT", 1, 1LL << 31));
   c.initTimeoutSec = static_cast<double>(envInt("CHORUS_INIT_TIMEOUT", 1, 1LL << 31));
   c.peerTimeoutSec = static_cast<double>(envInt("CHORUS_PEER_TIMEOUT", 0, 1LL << 31));
+  c.flightRecords = static_cast<size_t>(envInt("CHORUS_FLIGHT_RECORDER", 0, 1000000));
   c.socketIfname = envValue("CHORUS_SOCKET_IFNAME");
   c.hostId = envValue("CHORUS_HOSTID");
   c.transports = envValue("CHORUS_TRANSPORTS");

@@ -48,6 +48,7 @@ struct Config {
   double timeoutSec = 600;
   double initTimeoutSec = 120;
   double peerTimeoutSec = 30;  // CHORUS_PEER_TIMEOUT (Note [Liveness] in lib/comm/liveness.h); 0: off
+  size_t flightRecords = 256;  // CHORUS_FLIGHT_RECORDER (Note [Flight recorder] in lib/comm/flight_recorder.h); 0: off
   std::string socketIfname;
   std::string hostId;
   std::string transports;  // CHORUS_TRANSPORTS, parsed by transports/registry.h

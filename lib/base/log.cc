@@ -130,4 +130,6 @@ void write(Level level, uint32_t subsys, const std::string& text) {
                  levelName(level), subsysName(subsys), text);
 }
 
+void writeLine(const std::string& line) { settings().logger->info("{}", line); }
+
 }  // namespace chorus::log

@@ -32,6 +32,8 @@ inline bool enabled(Level level, uint32_t subsys) {
   return detail::enabledSlow(level, subsys);
 }
 void write(Level level, uint32_t subsys, const std::string& text);
+// A line as it is (a flight-recorder dump), whatever the level, to CHORUS_DEBUG_FILE or stderr.
+void writeLine(const std::string& line);
 
 // Marks the rank printed on this thread's log lines while in scope. Inline: it is entered on every call and
 // every crossing into a transport plugin.

@@ -6,8 +6,7 @@
 
 namespace chorus {
 
-namespace {
-const char* kindName(OpKind k) {
+const char* opKindName(OpKind k) {
   switch (k) {
     case OpKind::AllReduce: return "AllReduce";
     case OpKind::Broadcast: return "Broadcast";
@@ -23,7 +22,6 @@ const char* kindName(OpKind k) {
   }
   return "an unknown operation";
 }
-}  // namespace
 
 std::string describe(const OpTag& t) {
   auto dt = static_cast<chorusDataType_t>(t.dtype);
@@ -45,9 +43,9 @@ std::string describe(const OpTag& t) {
       return fmt::format("AllToAllv (call #{}, {})", t.seq, kernels::dataTypeName(dt));
     case OpKind::AllGather:
     case OpKind::AllToAll:
-      return fmt::format("{} (call #{}, count {}, {})", kindName(t.kind), t.seq, t.count, kernels::dataTypeName(dt));
+      return fmt::format("{} (call #{}, count {}, {})", opKindName(t.kind), t.seq, t.count, kernels::dataTypeName(dt));
     default:
-      return fmt::format("{} (call #{}, count {}, {}, {})", kindName(t.kind), t.seq, t.count,
+      return fmt::format("{} (call #{}, count {}, {}, {})", opKindName(t.kind), t.seq, t.count,
                          kernels::dataTypeName(dt), kernels::redOpName(op));
   }
 }

@@ -27,7 +27,8 @@ struct OpTag {
   uint8_t pad = 0;  // explicit, so that the plugin ABI's tag (transports/plugin.h) is this struct bit for bit
   bool operator==(const OpTag&) const = default;
 };
-std::string describe(const OpTag& tag);  // "AllReduce #5 (count 10, float32, sum)"
+std::string describe(const OpTag& tag);
+const char* opKindName(OpKind k);  // "AllReduce", "Send/Recv", ...  // "AllReduce #5 (count 10, float32, sum)"
 
 // Note [Message classes]: between two ranks, messages form two classes, each delivered in the order it was
 // posted and each travelling apart from the other: tagged point-to-point's (kind Tagged: lib/comm/tagged.h) and

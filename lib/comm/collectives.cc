@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <exception>
 
 #include "lib/base/error.h"
 #include "lib/kernels/reduce.h"
@@ -45,6 +46,7 @@ void allReduce(Comm& comm, const TaggedCall& c) {
     comm.lastAllReduceBytes = bytes;
     comm.lastAllReduceChoice = static_cast<int>(choice);
   }
+  comm.flight().algorithm(static_cast<uint8_t>(static_cast<int>(choice) + 1));
   switch (choice) {
     case algo::AllReduceAlgo::Direct: return algo::directAllReduce(comm, c.tag, a);
     case algo::AllReduceAlgo::RecursiveDoubling: return algo::recursiveDoublingAllReduce(comm, c.tag, a);
@@ -101,11 +103,18 @@ void copySelfMessages(Comm& comm, std::span<const TaggedCall> calls) {
 }  // namespace
 
 void runCalls(Comm& comm, std::span<const TaggedCall> calls) {
-  struct Activity {  // what the heartbeats report (Note [Liveness])
+  struct Activity {  // what the heartbeats report (Note [Liveness]) and the flight recorder keeps
     Comm& comm;
-    ~Activity() { comm.endActivity(); }
+    const int unwinding = std::uncaught_exceptions();
+    ~Activity() {
+      comm.endActivity();
+      comm.flight().end(std::uncaught_exceptions() == unwinding);
+    }
   } activity{comm};
-  if (!calls.empty()) comm.beginActivity(calls.front().tag);
+  if (!calls.empty()) {
+    comm.beginActivity(calls.front().tag);
+    comm.flight().begin(calls.front().tag, static_cast<uint32_t>(calls.size()));
+  }
   if (calls.size() == 1 && calls[0].args.kind != OpKind::Send) {  // one collective, the common case
     if (movesData(calls[0].args)) runOne(comm, calls[0]);
     return;

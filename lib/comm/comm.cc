@@ -14,6 +14,7 @@
 #include "lib/comm/bootstrap.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/base/text.h"
 #include "lib/comm/tuning.h"
 #include "lib/comm/devices.h"
 #include "transports/ipc/ipc_transport.h"
@@ -21,7 +22,8 @@
 
 namespace chorus {
 
-Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config) : config_(config) {
+Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
+    : config_(config), flight_(config.flightRecords) {
   log::LogRankScope scope(rank);
   logEnvironment();
   Deadline deadline = deadlineIn(config_.initTimeoutSec);
@@ -367,6 +369,7 @@ void Comm::isend(int peer, const void* buf, size_t len, const OpTag& tag, Reques
 }
 
 void Comm::irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) {
+  flight_.posted(peer, len);
   if (deviceCall_ && deviceRoute_[peer] != nullptr) [[unlikely]] {
     deviceRoute_[peer]->irecv(peer, buf, len, tag, req);
     return;
@@ -474,6 +477,7 @@ Error Comm::markFailed(const Error& e) {
   if (first) {
     failed_ = true;
     CHORUS_WARN(kColl, "{}", e.what());
+    dumpOnFailure(e.what());
   }
   tellPeers();
   return e;
@@ -523,6 +527,7 @@ void Comm::failFromOutside(chorusResult_t code, const std::string& text) {
   failed_ = true;
   aborted_ = true;
   CHORUS_WARN(kColl, "{}: {}", name(), text);
+  dumpOnFailure(fmt::format("{}: {}", name(), text));
   uint64_t one = 1;
   if (::write(abortFd_.get(), &one, sizeof one) < 0) { /* the flag alone still stops waiters within 100 ms */ }
 }
@@ -577,6 +582,22 @@ const char* Comm::lastError() {
   std::lock_guard<std::mutex> g(mu_);
   copy = lastError_;
   return copy.c_str();
+}
+
+std::string Comm::flightDump(const std::string& reason) const {
+  std::string failure;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    failure = failure_;
+  }
+  return fmt::format(R"({{"chorus_flight_recorder":1,"comm":"{:016x}","rank":{},"nranks":{},"name":"{}","reason":"{}",)"
+                     R"("failure":"{}","ops":{}}})",
+                     setup_.commId, rank(), nranks(), jsonEscape(name()), jsonEscape(reason), jsonEscape(failure),
+                     flight_.json());
+}
+
+void Comm::dumpOnFailure(const std::string& why) {
+  if (flight_.on()) log::writeLine(flightDump("failure: " + why));
 }
 
 }  // namespace chorus

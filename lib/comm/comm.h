@@ -20,6 +20,7 @@
 #include "lib/base/env.h"
 #include "lib/base/error.h"
 #include "lib/comm/executor.h"
+#include "lib/comm/flight_recorder.h"
 #include "lib/comm/liveness.h"
 #include "lib/comm/tagged.h"
 #include "lib/base/socket.h"
@@ -91,7 +92,7 @@ class Comm : public algo::Context {
   bool irecvReduce(const mem::Space& space, int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype,
                    chorusRedOp_t op, const OpTag& tag, Request* req) final {
     if (space.isHost()) [[likely]]
-      return fuses_[peer] && route_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
+      return fuses_[peer] && (flight_.posted(peer, len), route_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req));
     return deviceRoute_[peer] != nullptr && deviceRoute_[peer]->irecvReduce(peer, dst, src, len, dtype, op, tag, req);
   }
   // Drives the transports until done() is true: spins CHORUS_SPIN_US, then sleeps in poll. Throws on abort,
@@ -129,6 +130,10 @@ class Comm : public algo::Context {
   // What this rank is doing, for its heartbeats (executing thread only).
   void beginActivity(const OpTag& tag) { activity_.store(Activity{tag.kind, tag.seq, true}.pack(), std::memory_order_relaxed); }
   void endActivity() { activity_.store(activity_.load(std::memory_order_relaxed) & ~uint64_t{1}, std::memory_order_relaxed); }
+  // The last operations (Note [Flight recorder]); written by the executing thread.
+  FlightRecorder& flight() { return flight_; }
+  // One JSON line: this rank, why the dump was taken, the failure if any, and the recorded operations (any thread).
+  std::string flightDump(const std::string& reason) const;
   // Waits for queued work, says goodbye to the peers and closes connections.
   void shutdown();
 
@@ -222,6 +227,8 @@ class Comm : public algo::Context {
   std::vector<uint8_t> sendBlocked_;  // per peer, during finishStaged: an earlier staged send is not posted yet
   std::atomic<uint64_t> bytesSent_{0};
   std::atomic<uint64_t> activity_{0};  // Activity::pack, read by the heartbeats
+  FlightRecorder flight_;
+  void dumpOnFailure(const std::string& why);  // the first failure's dump (Note [Flight recorder])
   Fd heartbeatSocket_;                 // until liveness_ takes it
   // Last: it goes first, while what its callback touches still exists.
   std::unique_ptr<Liveness> liveness_;

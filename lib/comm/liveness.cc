@@ -19,23 +19,6 @@ constexpr uint32_t kMagic = 0x43484c56;  // "CHLV"
 constexpr uint8_t kVersion = 1;
 enum : uint8_t { kHeartbeat = 1, kNotice = 2, kGoodbye = 3 };
 
-const char* kindName(OpKind k) {
-  switch (k) {
-    case OpKind::None: return "no call";
-    case OpKind::AllReduce: return "AllReduce";
-    case OpKind::Broadcast: return "Broadcast";
-    case OpKind::Reduce: return "Reduce";
-    case OpKind::AllGather: return "AllGather";
-    case OpKind::ReduceScatter: return "ReduceScatter";
-    case OpKind::AllToAll: return "AllToAll";
-    case OpKind::Send: return "Send/Recv";
-    case OpKind::Barrier: return "Barrier";
-    case OpKind::AllToAllv: return "AllToAllv";
-    case OpKind::Tagged: return "tagged point-to-point";
-  }
-  return "?";
-}
-
 }  // namespace
 
 std::string Activity::describe() const {
@@ -43,7 +26,7 @@ std::string Activity::describe() const {
   // Send/Recv count per pair; collectives count the communicator's calls.
   const char* mark = kind == OpKind::Send ? "Send/Recv #" : "#";
   if (kind == OpKind::Send) return fmt::format("{} {}{}", running ? "in" : "idle after", mark, seq);
-  return fmt::format("{} {} {}{}", running ? "in" : "idle after", kindName(kind), mark, seq);
+  return fmt::format("{} {} {}{}", running ? "in" : "idle after", opKindName(kind), mark, seq);
 }
 
 // Fixed layout, host byte order (little-endian on every machine Chorus builds for); the MAC covers all before it.
