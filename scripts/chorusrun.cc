@@ -37,7 +37,7 @@ constexpr int64_t kStrayOutputMs = 1000;  // after the last rank exits, wait thi
                                           // still held open by its background children
 
 const char kUsage[] =
-    "usage: chorusrun -n N [--no-prefix] [--] command [args...]\n"
+    "usage: chorusrun -n N [--no-prefix] [--max-restarts R] [--] command [args...]\n"
     "       chorusrun --info [args...]\n";
 
 const char kHelp[] =
@@ -46,6 +46,9 @@ const char kHelp[] =
     "options:\n"
     "  -n N          number of ranks (1..4096)\n"
     "  --no-prefix   forward output unchanged (still line-buffered per rank)\n"
+    "  --max-restarts R\n"
+    "                when a rank fails, stop the others and start the whole job again, up to R\n"
+    "                times (torchrun's --max-restarts); 0, the default, never restarts\n"
     "  --info        run chorus_info (next to chorusrun, else from PATH) with the remaining args\n"
     "  -h, --help    show this help\n"
     "\n"
@@ -55,9 +58,12 @@ const char kHelp[] =
     "  CHORUS_SOCKET_IFNAME==lo                 (kept if already set: all ranks are local)\n"
     "  CHORUS_RANK, CHORUS_LOCAL_RANK           0..N-1\n"
     "  CHORUS_NRANKS, CHORUS_LOCAL_NRANKS       N\n"
+    "  CHORUS_RESTART                           0, then 1.. for each restart of the job\n"
     "\n"
     "If a rank exits non-zero or is killed, the others get SIGTERM and 1 s later SIGKILL;\n"
     "chorusrun exits with the first failing rank's code (128+signal for a signal death).\n"
+    "With --max-restarts, a failed job starts again (a new root port and secret unless the user set\n"
+    "them) until one run succeeds or R restarts are spent; a job stopped by a signal is not restarted.\n"
     "SIGINT/SIGTERM/SIGHUP are forwarded to every rank; a second one kills them all.\n"
     "Rank 0 inherits stdin unless it is a terminal; the other ranks read /dev/null.\n";
 
@@ -173,7 +179,12 @@ class Launcher {
 
   // Forks and execs every rank. A rank that fails to start counts as the first failure.
   void spawn_all(char** cmd) {
-    getrlimit(RLIMIT_NOFILE, &orig_nofile_);
+    static const rlimit original = [] {  // before any run raised it (a restart spawns again)
+      rlimit r{};
+      getrlimit(RLIMIT_NOFILE, &r);
+      return r;
+    }();
+    orig_nofile_ = original;
     rlimit raised = orig_nofile_;  // 2 pipes per rank can exceed the default soft limit of 1024
     raised.rlim_cur = raised.rlim_max;
     setrlimit(RLIMIT_NOFILE, &raised);
@@ -226,6 +237,9 @@ class Launcher {
     if (exit_code_ >= 0) return exit_code_;
     return interrupted_ ? 128 + interrupted_ : 0;
   }
+
+  bool interrupted() const { return interrupted_ != 0; }
+  int failed_rank() const { return failed_rank_; }
 
  private:
   bool spawn(int rank, char** cmd) {
@@ -367,6 +381,7 @@ class Launcher {
                                             signal_name(WTERMSIG(st)) + ")";
       dprintf(2, "chorusrun: rank %zu (pid %d) %s%s\n", r, int(pid), how.c_str(),
               alive_ > 0 ? "; stopping the other ranks" : "");
+      failed_rank_ = int(r);
       begin_stop(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
     }
   }
@@ -378,6 +393,7 @@ class Launcher {
   int open_streams_ = 0;
   int exit_code_ = -1;   // the first failure's exit code, -1 while none
   int interrupted_ = 0;  // the first forwarded signal
+  int failed_rank_ = -1;
   int64_t kill_at_ = kNever;
   int64_t giveup_at_ = kNever;
 };
@@ -386,6 +402,7 @@ class Launcher {
 
 int main(int argc, char** argv) {
   int nranks = 0;
+  long max_restarts = 0;
   bool prefix = true;
   int i = 1;
   for (; i < argc; ++i) {
@@ -401,6 +418,17 @@ int main(int argc, char** argv) {
     if (a == "--info") return run_info(argc - i - 1, argv + i + 1);
     if (a == "--no-prefix") {
       prefix = false;
+    } else if (a == "--max-restarts" || a.starts_with("--max-restarts=")) {
+      std::string v = a.size() > 14 ? std::string(a.substr(15)) : "";
+      if (a.size() == 14) {
+        if (++i >= argc) usage_error("--max-restarts needs a value");
+        v = argv[i];
+      }
+      char* end = nullptr;
+      errno = 0;
+      max_restarts = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || errno != 0 || max_restarts < 0 || max_restarts > 1000000)
+        usage_error("invalid restart count '" + v + "' (must be 0..1000000)");
     } else if (a.starts_with("-n")) {
       std::string v(a.substr(2));
       if (v.empty()) {
@@ -428,7 +456,9 @@ int main(int argc, char** argv) {
     if (fcntl(fd, F_GETFD) < 0) open("/dev/null", O_RDWR);
 
   // Shared by all ranks; a user-provided root/secret wins (e.g. to pin the port).
-  if (!std::getenv("CHORUS_ROOT")) {
+  const bool user_root = std::getenv("CHORUS_ROOT") != nullptr;
+  const bool user_secret = std::getenv("CHORUS_SECRET") != nullptr;
+  if (!user_root) {
     int port = pick_free_port();
     if (port < 0) {
       std::fprintf(stderr, "chorusrun: cannot find a free port on 127.0.0.1: %s\n",
@@ -437,7 +467,7 @@ int main(int argc, char** argv) {
     }
     setenv("CHORUS_ROOT", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
   }
-  if (!std::getenv("CHORUS_SECRET")) {
+  if (!user_secret) {
     std::string secret = random_secret();
     if (secret.empty()) {
       std::fprintf(stderr, "chorusrun: getrandom failed: %s\n", std::strerror(errno));
@@ -461,7 +491,31 @@ int main(int argc, char** argv) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaction(sig, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill us while ranks still run
 
-  Launcher launcher(nranks, prefix);
-  launcher.spawn_all(argv + i);
-  return launcher.run();
+  for (long restart = 0;; ++restart) {
+    setenv("CHORUS_RESTART", std::to_string(restart).c_str(), 1);
+    Launcher launcher(nranks, prefix);
+    launcher.spawn_all(argv + i);
+    const int code = launcher.run();
+    if (code == 0 || launcher.interrupted() || restart >= max_restarts) {
+      if (code != 0 && max_restarts > 0 && !launcher.interrupted())
+        dprintf(2, "chorusrun: the job failed (exit code %d) and its %ld restart(s) are spent\n", code, max_restarts);
+      return code;
+    }
+    // A fresh root and secret: the old root's port may still be held, and stragglers of the failed run must not
+    // join the new one.
+    if (!user_root) {
+      const int port = pick_free_port();
+      if (port < 0) {
+        std::fprintf(stderr, "chorusrun: cannot find a free port on 127.0.0.1: %s\n", std::strerror(errno));
+        return code;
+      }
+      setenv("CHORUS_ROOT", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
+    }
+    if (!user_secret) {
+      const std::string secret = random_secret();
+      if (!secret.empty()) setenv("CHORUS_SECRET", secret.c_str(), 1);
+    }
+    dprintf(2, "chorusrun: restarting the job (restart %ld of %ld) after rank %d failed (exit code %d)\n",
+            restart + 1, max_restarts, launcher.failed_rank(), code);
+  }
 }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -154,8 +155,14 @@ class Launch {
 };
 
 Result RunLauncher(const std::vector<std::string>& args,
-                   const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  return Launch(args, env).Finish();
+                   const std::vector<std::pair<std::string, std::string>>& env = {}, double timeout_s = 20) {
+  return Launch(args, env).Finish(timeout_s);
+}
+
+int Occurrences(const std::string& s, const std::string& needle) {
+  int n = 0;
+  for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + 1)) ++n;
+  return n;
 }
 
 std::vector<std::string> Lines(const std::string& s) {
@@ -330,6 +337,53 @@ TEST(Chorusrun, CommandNotFound) {
   EXPECT_NE(r.err.find("exited with code 127"), std::string::npos) << r.err;
 }
 
+// --max-restarts: a failed job starts again whole, with CHORUS_RESTART counting, a fresh root and secret, until a
+// run succeeds; a job that keeps failing ends with the last failure's code once the restarts are spent.
+TEST(Chorusrun, MaxRestartsRunsTheJobAgainUntilItSucceeds) {
+  REQUIRE_LAUNCHER();
+  Result r = RunLauncher({"-n", "3", "--max-restarts", "3", "--", "sh", "-c",
+                          "echo run $CHORUS_RESTART $CHORUS_ROOT $CHORUS_SECRET; "
+                          "if [ $CHORUS_RESTART -lt 2 ]; then [ $CHORUS_RANK = 1 ] && { sleep 0.5; exit 3; }; sleep 30; fi"});
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* run : {"] run 0 ", "] run 1 ", "] run 2 "}) EXPECT_EQ(Occurrences(r.out, run), 3) << run << r.out;
+  EXPECT_EQ(Occurrences(r.out, "] run 3 "), 0) << r.out;
+  EXPECT_NE(r.err.find("chorusrun: restarting the job (restart 1 of 3) after rank 1 failed (exit code 3)"),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(restart 2 of 3)"), std::string::npos) << r.err;
+  std::set<std::string> roots;
+  for (const auto& l : Lines(r.out)) roots.insert(l.substr(l.find(" run ") + 7));
+  EXPECT_EQ(roots.size(), 3u) << "each run has its own root and secret\n" << r.out;
+}
+
+TEST(Chorusrun, MaxRestartsSpentEndsWithTheFailure) {
+  REQUIRE_LAUNCHER();
+  Result r = RunLauncher({"-n", "2", "--max-restarts=1", "--", "sh", "-c",
+                          "echo run $CHORUS_RESTART; [ $CHORUS_RANK = 0 ] && { sleep 0.5; exit 5; }; sleep 30"});
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.code, 5);
+  EXPECT_EQ(Occurrences(r.out, "] run 0"), 2) << r.out;
+  EXPECT_EQ(Occurrences(r.out, "] run 1"), 2) << r.out;
+  EXPECT_NE(r.err.find("its 1 restart(s) are spent"), std::string::npos) << r.err;
+}
+
+// A Chorus job whose rank is killed in the first run forms again and finishes, checked, in the second.
+TEST(Chorusrun, MaxRestartsReformsAChorusJob) {
+  REQUIRE_LAUNCHER();
+  const char* build = std::getenv("TEST_BUILD_DIR");
+  if (build == nullptr) GTEST_SKIP() << "TEST_BUILD_DIR is not set (run through meson test)";
+  Result r = RunLauncher({"-n", "3", "--max-restarts", "2", "--", "sh", "-c",
+                          "n=20; if [ $CHORUS_RESTART = 0 ]; then n=1000000; "
+                          "if [ $CHORUS_RANK = 2 ]; then (sleep 1; kill -9 $$) & fi; fi; "
+                          "exec \"$0\" -b 64K -e 64K -n $n -w 1 -c 1",
+                          std::string(build) + "/bench/all_reduce_perf"},
+                         {{"CHORUS_SOCKET_IFNAME", "=lo"}}, 60);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(Occurrences(r.err, "restarting the job (restart 1 of 2) after rank 2 failed"), 1) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
+}
+
 TEST(Chorusrun, UsageErrors) {
   REQUIRE_LAUNCHER();
   const std::vector<std::vector<std::string>> cases = {
@@ -341,6 +395,9 @@ TEST(Chorusrun, UsageErrors) {
       {"-n"},
       {"--bogus", "-n", "2", "true"},
       {"-n", "2", "--"},
+      {"-n", "2", "--max-restarts", "-1", "true"},
+      {"-n", "2", "--max-restarts=x", "true"},
+      {"-n", "2", "--max-restarts"},
   };
   for (const auto& args : cases) {
     Result r = RunLauncher(args);

@@ -62,6 +62,8 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_NRANKS", "int", "",
      "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS)"},
     {"CHORUS_LOCAL_RANK", "int", "", "rank within this host, set by chorusrun (informational)"},
+    {"CHORUS_RESTART", "int", "", "which run of the job this is, set by chorusrun: 0, then 1.. after each restart "
+     "(--max-restarts; informational)"},
 };
 
 [[noreturn]] void badValue(const char* name, const std::string& value, const char* accepted) {
