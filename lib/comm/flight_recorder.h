@@ -2,8 +2,9 @@
 // calls by their first) in a ring: sequence number, kind, count, datatype, op, root, algorithm, state (running, done,
 // failed), when it started and how long it took, and the last receive it posted (peer and bytes: what a stuck
 // operation most likely waits for). The executing thread writes; any thread may read (a dump on a signal, from the
-// liveness thread, or chorusCommDump), so each slot is a seqlock of relaxed atomics: a reader retries a slot being
-// rewritten and never blocks the writer. Writing costs a few plain stores and one coarse clock read (the kernel's
+// liveness thread, or chorusCommDump), so each slot is a seqlock without fences (GCC's TSan has none): the fields are
+// release-stored and acquire-loaded, plain moves on x86; a reader retries a slot being rewritten and never blocks
+// the writer. Writing costs a few plain stores and one coarse clock read (the kernel's
 // tick, a few ns) per operation; `posted` two stores per receive. A dump is one JSON line per rank, merged by
 // scripts/chorus_hang.py into who is stuck where.
 #pragma once
