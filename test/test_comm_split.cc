@@ -1,6 +1,9 @@
 // chorusCommSplit with ncclCommSplit's semantics: one communicator per color, ranks ordered by key and then by
 // their rank in the parent, CHORUS_SPLIT_NOCOLOR joining none; the parent's settings kept unless a config is
 // given; bad arguments refused by name; collectives on the new communicators side by side with the parent's.
+// chorusCommShrink with ncclCommShrink's: the survivors renumbered in order, on a healthy and on a failed parent,
+// CHORUS_SHRINK_ABORT ending the parent's pending work, survivors that disagree failing within the creation
+// timeout instead of forming a wrong communicator. (A real rank killed, 100 times over: recovery_loop.cc.)
 //
 // Every test runs under a watchdog: a test that takes longer than 20 s prints its name and ends the process.
 #include <gtest/gtest.h>
@@ -97,6 +100,153 @@ TEST(Split, RefusesABadColorAndANullOutputByName) {
   EXPECT_REFUSED(chorusCommSplit(nullptr, 0, 0, &out, nullptr), chorusInvalidArgument, nullptr, "comm");
   // Nothing was sent: the communicator still works.
   EXPECT_OK(chorusCommSplit(comms[0], 0, 0, &out, nullptr));
+  ASSERT_NE(out, nullptr);
+  EXPECT_OK(chorusCommDestroy(out));
+  destroyAll(comms);
+}
+
+// Every rank of comms that is not excluded checks an AllReduce over `sub`, whose members are `members` (ranks of
+// the parent, in their new order).
+void expectSumOver(const std::vector<chorusComm_t>& sub, const std::vector<int>& members) {
+  double want = 0;
+  for (int m : members) want += m + 1.0;
+  std::vector<chorusComm_t> live;
+  for (int m : members) live.push_back(sub[m]);
+  auto errs = onAll(live, [&](int i, chorusComm_t c) {
+    int rank = -1, count = -1;
+    check(chorusCommUserRank(c, &rank), nullptr, "chorusCommUserRank");
+    check(chorusCommCount(c, &count), nullptr, "chorusCommCount");
+    if (rank != i || count != static_cast<int>(members.size()))
+      throw std::runtime_error("rank " + std::to_string(rank) + " of " + std::to_string(count));
+    std::vector<double> v(1001, members[i] + 1.0);
+    check(chorusAllReduce(v.data(), v.data(), v.size(), chorusFloat64, chorusSum, c, nullptr), nullptr,
+          "AllReduce on the shrunk communicator");
+    for (double x : v)
+      if (x != want) throw std::runtime_error("shrunk communicator's AllReduce: " + std::to_string(x));
+  });
+  EXPECT_TRUE(errs.empty()) << errs[0];
+}
+
+// Five ranks without 1 and 3 (listed in either order): 0, 2, 4 become 0, 1, 2. The parent, shrunk with the
+// default flag while healthy, still works for all five afterwards.
+TEST(Shrink, SurvivorsFormACommunicatorWithoutTheExcludedRanks) {
+  Watchdog wd;
+  const int n = 5;
+  auto comms = makeComms(n);
+  std::vector<chorusComm_t> sub(n, nullptr);
+  const std::vector<int> survivors = {0, 2, 4};
+  auto errs = onAll(comms, [&](int r, chorusComm_t c) {
+    if (r == 1 || r == 3) return;
+    int excluded[2] = {3, 1};
+    if (r == 2) std::swap(excluded[0], excluded[1]);
+    check(chorusCommShrink(c, excluded, 2, &sub[r], nullptr, CHORUS_SHRINK_DEFAULT), nullptr, "chorusCommShrink");
+  });
+  ASSERT_TRUE(errs.empty()) << errs[0];
+  expectSumOver(sub, survivors);
+  errs = onAll(comms, [&](int r, chorusComm_t c) {
+    std::vector<int32_t> v(17, r);
+    check(chorusAllReduce(v.data(), v.data(), v.size(), chorusInt32, chorusSum, c, nullptr), nullptr, "parent");
+    if (v[16] != 10) throw std::runtime_error("parent's AllReduce: " + std::to_string(v[16]));
+  });
+  EXPECT_TRUE(errs.empty()) << errs[0];
+  destroyAll(sub);
+  destroyAll(comms);
+}
+
+// Rank 3 goes silent (its watchers' verdict is injected, as Note [Liveness] would give it) while rank 0 waits in an
+// AllReduce nobody else joins. The survivors shrink with CHORUS_SHRINK_ABORT: rank 0's pending AllReduce fails,
+// and they go on without rank 3 — twice over the same failed parent (each shrink is a round of its own). Then all
+// four, rank 3 too, split the failed parent.
+TEST(Shrink, SurvivorsGoOnFromAFailedCommunicatorAndSplitWorksOnItToo) {
+  Watchdog wd;
+  const int n = 4;
+  auto comms = makeComms(n);
+  chorusStream_t stream = nullptr;
+  ASSERT_EQ(chorusStreamCreate(comms[0], &stream), chorusSuccess) << chorusGetLastError(nullptr);
+  std::vector<int32_t> pending(1000, 1);
+  ASSERT_EQ(chorusAllReduce(pending.data(), pending.data(), pending.size(), chorusInt32, chorusSum, comms[0],
+                            stream), chorusSuccess);
+  for (int r = 1; r < 3; ++r) comms[r]->failFromOutside(chorusRemoteError, "rank 3 stopped answering (test)");
+  const std::vector<int> survivors = {0, 1, 2};
+  for (int round = 0; round < 2; ++round) {
+    std::vector<chorusComm_t> sub(n, nullptr);
+    auto errs = onAll(comms, [&](int r, chorusComm_t c) {
+      if (r == 3) return;
+      int excluded = 3;
+      check(chorusCommShrink(c, &excluded, 1, &sub[r], nullptr, CHORUS_SHRINK_ABORT), nullptr, "chorusCommShrink");
+    });
+    ASSERT_TRUE(errs.empty()) << errs[0];
+    if (round == 0) {
+      EXPECT_EQ(chorusStreamSynchronize(stream), chorusInvalidUsage);
+      EXPECT_NE(std::string(chorusGetLastError(nullptr)).find("CHORUS_SHRINK_ABORT"), std::string::npos)
+          << chorusGetLastError(nullptr);
+    }
+    expectSumOver(sub, survivors);
+    destroyAll(sub);
+  }
+  EXPECT_EQ(chorusStreamDestroy(stream), chorusSuccess);
+  std::vector<chorusComm_t> halves(n, nullptr);
+  auto errs = onAll(comms, [&](int r, chorusComm_t c) {
+    check(chorusCommSplit(c, r / 2, 0, &halves[r], nullptr), nullptr, "chorusCommSplit of the failed parent");
+  });
+  ASSERT_TRUE(errs.empty()) << errs[0];
+  expectSumOver(halves, {0, 1});
+  expectSumOver(halves, {2, 3});
+  destroyAll(halves);
+  destroyAll(comms);
+}
+
+// Ranks 0 and 1 exclude rank 3, ranks 2 and 3 exclude rank 1: both groups would be led by rank 0, but their
+// secrets differ, so nobody joins the wrong communicator and every caller fails within the creation timeout.
+TEST(Shrink, SurvivorsThatDisagreeFailInsteadOfFormingAWrongCommunicator) {
+  Watchdog wd;
+  const int n = 4;
+  auto comms = makeComms(n);
+  chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+  config.initTimeoutSec = 2;
+  std::vector<chorusComm_t> sub(n, nullptr);
+  std::vector<chorusResult_t> rc(n, chorusSuccess);
+  const auto t0 = chorus::test::Clock::now();
+  auto errs = onAll(comms, [&](int r, chorusComm_t c) {
+    int excluded = r < 2 ? 3 : 1;
+    rc[r] = chorusCommShrink(c, &excluded, 1, &sub[r], &config, CHORUS_SHRINK_DEFAULT);
+  });
+  EXPECT_LT(chorus::test::secondsSince(t0), 10.0);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(rc[r], chorusSuccess) << "rank " << r;
+    EXPECT_EQ(sub[r], nullptr) << "rank " << r;
+  }
+  destroyAll(comms);
+}
+
+TEST(Shrink, RefusesBadArgumentsByName) {
+  Watchdog wd;
+  auto comms = makeComms(2);
+  chorusComm_t out = reinterpret_cast<chorusComm_t>(&out);  // must come back NULL
+  int list[2] = {1, 1};
+  EXPECT_REFUSED(chorusCommShrink(comms[0], list, 1, &out, nullptr, 7), chorusInvalidArgument, nullptr,
+                 "shrinkFlags=7");
+  EXPECT_EQ(out, nullptr);
+  EXPECT_REFUSED(chorusCommShrink(comms[0], list, 1, nullptr, nullptr, 0), chorusInvalidArgument, nullptr, "newcomm");
+  EXPECT_REFUSED(chorusCommShrink(comms[0], nullptr, 1, &out, nullptr, 0), chorusInvalidArgument, nullptr,
+                 "excludeRanksList");
+  EXPECT_REFUSED(chorusCommShrink(comms[0], list, -1, &out, nullptr, 0), chorusInvalidArgument, nullptr,
+                 "excludeRanksCount=-1");
+  EXPECT_REFUSED(chorusCommShrink(comms[0], list, 2, &out, nullptr, 0), chorusInvalidArgument, nullptr,
+                 "excludeRanksCount=2");
+  list[0] = 2;
+  EXPECT_REFUSED(chorusCommShrink(comms[0], list, 1, &out, nullptr, 0), chorusInvalidArgument, nullptr,
+                 "excludeRanksList[0]=2");
+  list[0] = 0;
+  EXPECT_REFUSED(chorusCommShrink(comms[0], list, 1, &out, nullptr, 0), chorusInvalidArgument, nullptr,
+                 "excludeRanksList[0]=0", "calling rank");
+  chorusConfig_t bad = CHORUS_CONFIG_INITIALIZER;
+  bad.initTimeoutSec = -1;
+  EXPECT_REFUSED(chorusCommShrink(comms[0], nullptr, 0, &out, &bad, 0), chorusInvalidArgument, nullptr,
+                 "initTimeoutSec");
+  EXPECT_REFUSED(chorusCommShrink(nullptr, nullptr, 0, &out, nullptr, 0), chorusInvalidArgument, nullptr, "comm");
+  // Nothing was sent: excluding nobody gives a copy, and the parent still works.
+  EXPECT_OK(chorusCommShrink(comms[1], list, 1, &out, nullptr, 0));
   ASSERT_NE(out, nullptr);
   EXPECT_OK(chorusCommDestroy(out));
   destroyAll(comms);

@@ -330,7 +330,7 @@ TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
     auto put32 = [&](uint32_t v) { put(&v, 4); };
     auto putStr = [&](const std::string& s) { put32(uint32_t(s.size())); put(s.data(), s.size()); };
     put32(0x43484253u);  // "CHBS"
-    put32(4);            // bootstrap version (kBootVersion)
+    put32(5);            // bootstrap version (kBootVersion)
     uint64_t wrong = secret ^ 0x5A5A5A5A5A5A5A5Aull;
     put(&wrong, 8);
     put32(1), put32(4), put32(uint32_t(getpid()));  // rank, nranks, pid

@@ -82,10 +82,21 @@ CHORUS_API chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nrank
                                                    const chorusConfig_t* config);
 /* Collective over comm's ranks, as ncclCommSplit: the ranks passing one color form a new communicator, ordered by
  * key and then by their rank in comm; a rank passing CHORUS_SPLIT_NOCOLOR joins none and gets *newcomm = NULL.
- * config NULL: the new communicators keep comm's settings. comm must be working (a failed one returns its error). */
+ * config NULL: the new communicators keep comm's settings. Works on a failed communicator too (every rank of comm
+ * still calls it; rank 0 hosts the exchange of colors), without a new unique id. */
 #define CHORUS_SPLIT_NOCOLOR (-1)
 CHORUS_API chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm,
                                           const chorusConfig_t* config);
+/* As ncclCommShrink: every rank of comm not in excludeRanksList (the same list, in any order, at each of them)
+ * calls it, and they form a new communicator without the excluded ranks, keeping their order (ranks renumbered
+ * to close the gaps), without a new unique id and with no process restarted; the excluded ranks do not call it.
+ * comm may have failed (a dead peer, an abort): this is how survivors go on. CHORUS_SHRINK_ABORT first ends
+ * comm's pending operations (they fail); either way comm stays to be destroyed or aborted afterwards. config
+ * NULL: comm's settings. Bounded by the new communicator's creation timeout. */
+#define CHORUS_SHRINK_DEFAULT 0x00
+#define CHORUS_SHRINK_ABORT 0x01
+CHORUS_API chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                           chorusComm_t* newcomm, const chorusConfig_t* config, int shrinkFlags);
 /* As chorusCommInitRank, with rank/size/root from the environment (chorusrun, torchrun, mpirun, srun). */
 CHORUS_API chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm);
 /* Waits for enqueued work, then closes connections and frees comm. Local: does not wait for other ranks. */

@@ -174,27 +174,75 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
       fail(chorusInvalidArgument, "color={} must be at least 0, or CHORUS_SPLIT_NOCOLOR ({})", color,
            CHORUS_SPLIT_NOCOLOR);
     const Config settings = config != nullptr ? withSettings(config) : c->config();
-    auto check = [](chorusResult_t rc) {
-      if (rc != chorusSuccess) fail(rc, "chorusCommSplit: {}", chorusGetLastError(nullptr));
-    };
-    // Every rank's color and key, then each new communicator's id from its first member; both through comm.
+    // Every rank's color and key through a root on rank 0's rendezvous listener, not through comm: comm may have
+    // failed (Note [Rendezvous]).
     const int n = c->nranks(), me = c->rank();
-    std::vector<int32_t> colorKey(2 * static_cast<size_t>(n));
-    const int32_t mine[2] = {color, key};
-    check(chorusAllGather(mine, colorKey.data(), 2, chorusInt32, comm, nullptr));
+    Rendezvous& rv = c->rendezvous();
+    rv.beginRound("split", {});
+    RankInfo mine;
+    mine.rank = me;
+    mine.nranks = n;
+    mine.pid = getpid();
+    const int32_t colorKey[2] = {color, key};
+    mine.payload.assign(reinterpret_cast<const uint8_t*>(colorKey), reinterpret_cast<const uint8_t*>(colorKey + 2));
+    BootstrapResult all = exchangeWithRoot(rv.root(0, -1, settings.initTimeoutSec), mine,
+                                           deadlineIn(settings.initTimeoutSec));
     std::vector<int> members;  // ranks in comm of this rank's new communicator, in its order
-    if (color != CHORUS_SPLIT_NOCOLOR)
-      for (int r = 0; r < n; ++r)
-        if (colorKey[2 * r] == color) members.push_back(r);
-    std::stable_sort(members.begin(), members.end(),
-                     [&](int a, int b) { return colorKey[2 * a + 1] < colorKey[2 * b + 1]; });
-    chorusUniqueId id{};
-    if (!members.empty() && members[0] == me) check(chorusGetUniqueId(&id));
-    std::vector<chorusUniqueId> ids(static_cast<size_t>(n));
-    check(chorusAllGather(&id, ids.data(), sizeof id, chorusUint8, comm, nullptr));
+    std::vector<int32_t> keys(static_cast<size_t>(n));
+    for (const RankInfo& r : all.ranks) {
+      int32_t ck[2];
+      if (r.payload.size() != sizeof ck) fail(chorusRemoteError, "rank {} sent a malformed color and key", r.rank);
+      std::memcpy(ck, r.payload.data(), sizeof ck);
+      keys[static_cast<size_t>(r.rank)] = ck[1];
+      if (color != CHORUS_SPLIT_NOCOLOR && ck[0] == color) members.push_back(r.rank);
+    }
     if (members.empty()) return;
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return keys[a] < keys[b]; });
     const int newRank = static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
-    *newcomm = createComm(static_cast<int>(members.size()), newRank, decodeUniqueId(ids[members[0]]), settings);
+    *newcomm = createComm(static_cast<int>(members.size()), newRank,
+                          rv.root(members[0], color, settings.initTimeoutSec), settings);
+  });
+}
+
+chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                chorusComm_t* newcomm, const chorusConfig_t* config, int shrinkFlags) {
+  return apiCall(comm, [&] {
+    if (newcomm == nullptr) fail(chorusInvalidArgument, "newcomm (the output pointer) is NULL");
+    *newcomm = nullptr;
+    checkNotInGroup("chorusCommShrink");
+    CallRef c(comm, "comm");
+    if (shrinkFlags != CHORUS_SHRINK_DEFAULT && shrinkFlags != CHORUS_SHRINK_ABORT)
+      fail(chorusInvalidArgument, "shrinkFlags={} must be CHORUS_SHRINK_DEFAULT (0) or CHORUS_SHRINK_ABORT (1)",
+           shrinkFlags);
+    const int n = c->nranks(), me = c->rank();
+    if (excludeRanksCount < 0 || excludeRanksCount >= n)
+      fail(chorusInvalidArgument, "excludeRanksCount={} must be in [0, nranks={}): at least this rank stays",
+           excludeRanksCount, n);
+    if (excludeRanksCount > 0 && excludeRanksList == nullptr)
+      fail(chorusInvalidArgument, "excludeRanksList is NULL with excludeRanksCount={}", excludeRanksCount);
+    std::vector<bool> out(static_cast<size_t>(n), false);
+    for (int i = 0; i < excludeRanksCount; ++i) {
+      const int r = excludeRanksList[i];
+      if (r < 0 || r >= n) fail(chorusInvalidArgument, "excludeRanksList[{}]={} is outside [0, nranks={})", i, r, n);
+      if (out[static_cast<size_t>(r)]) fail(chorusInvalidArgument, "excludeRanksList lists rank {} twice", r);
+      if (r == me)
+        fail(chorusInvalidArgument, "excludeRanksList[{}]={} is the calling rank: excluded ranks do not call "
+             "chorusCommShrink", i, r);
+      out[static_cast<size_t>(r)] = true;
+    }
+    const Config settings = config != nullptr ? withSettings(config) : c->config();
+    if (shrinkFlags == CHORUS_SHRINK_ABORT)
+      c->failFromOutside(chorusInvalidUsage, "its operations were ended by chorusCommShrink(CHORUS_SHRINK_ABORT)");
+    std::vector<int32_t> excluded;
+    std::vector<int> survivors;
+    for (int r = 0; r < n; ++r) (out[static_cast<size_t>(r)] ? excluded.push_back(r) : survivors.push_back(r));
+    // The survivors meet at the lowest survivor's rendezvous listener (Note [Rendezvous]); the excluded ranks are
+    // part of the round's secret, so survivors that disagree about them do not form a communicator together.
+    Rendezvous& rv = c->rendezvous();
+    rv.beginRound("shrink", excluded);
+    const int newRank = static_cast<int>(std::find(survivors.begin(), survivors.end(), me) - survivors.begin());
+    *newcomm = createComm(static_cast<int>(survivors.size()), newRank,
+                          rv.root(survivors[0], 0, settings.initTimeoutSec), settings);
   });
 }
 

@@ -20,9 +20,10 @@ namespace {
 
 constexpr uint32_t kIdMagic = 0x43484944;  // "CHID"
 constexpr uint32_t kBootMagic = 0x43484253;  // "CHBS"
-constexpr uint32_t kBootVersion = 4;
+constexpr uint32_t kBootVersion = 5;
 constexpr uint32_t kMaxTransports = 8;
-constexpr size_t kMaxInfoFrame = 1024 + (4 + sizeof(sockaddr_storage)) + kMaxTransports * (64 + transport::kMaxAddressBytes);
+constexpr size_t kMaxPayload = 64;
+constexpr size_t kMaxInfoFrame = 1024 + 2 * (4 + sizeof(sockaddr_storage)) + (4 + kMaxPayload) + kMaxTransports * (64 + transport::kMaxAddressBytes);
 constexpr size_t kMaxTableFrame = 64u << 20;
 constexpr double kHandshakeSeconds = 5.0;
 
@@ -86,6 +87,8 @@ void putInfo(Writer& w, const RankInfo& r) {
     w.putBytes(a.bytes.data(), a.bytes.size());
   }
   w.putBytes(r.heartbeat.data(), r.heartbeat.size());
+  w.putBytes(r.rendezvous.data(), r.rendezvous.size());
+  w.putBytes(r.payload.data(), r.payload.size());
 }
 
 RankInfo getInfo(Reader& rd) {
@@ -104,6 +107,8 @@ RankInfo getInfo(Reader& rd) {
     r.addresses.push_back(std::move(a));
   }
   r.heartbeat = rd.getBytes(sizeof(sockaddr_storage));
+  r.rendezvous = rd.getBytes(sizeof(sockaddr_storage));
+  r.payload = rd.getBytes(kMaxPayload);
   return r;
 }
 

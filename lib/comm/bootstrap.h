@@ -27,6 +27,8 @@ struct RankInfo {
   std::string hostId;
   std::vector<TransportAddress> addresses;  // the transports this rank offers, in its order of preference
   std::vector<uint8_t> heartbeat;           // its heartbeat socket's sockaddr (Note [Liveness])
+  std::vector<uint8_t> rendezvous;          // its rendezvous listener's sockaddr (Note [Rendezvous])
+  std::vector<uint8_t> payload;             // what a rendezvous exchange carries (chorusCommSplit: color, key)
 };
 
 struct UniqueIdData {

@@ -52,9 +52,11 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   for (const auto& t : transports_) mine.addresses.push_back({t->name(), t->address()});
   if (nranks > 1 && config_.peerTimeoutSec > 0)
     heartbeatSocket_ = Liveness::openSocket(config_.socketIfname, &mine.heartbeat);
+  rendezvous_ = std::make_unique<Rendezvous>(config_.socketIfname, &mine.rendezvous);
   offerDeviceRoute(mine);
   BootstrapResult boot = exchangeWithRoot(root, mine, deadline);
   setup_.commId = boot.commId;
+  rendezvous_->setMembers(rank, setup_.secret, setup_.commId, boot.ranks);
   std::vector<std::string> hostIds;
   for (const RankInfo& r : boot.ranks) {
     setup_.peers.push_back({r.rank, r.pid, r.host, r.hostId});

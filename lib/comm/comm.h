@@ -22,6 +22,7 @@
 #include "lib/comm/executor.h"
 #include "lib/comm/flight_recorder.h"
 #include "lib/comm/liveness.h"
+#include "lib/comm/rendezvous.h"
 #include "lib/comm/tagged.h"
 #include "lib/base/socket.h"
 #include "transports/ipc/ipc_transport.h"
@@ -139,6 +140,8 @@ class Comm : public algo::Context {
 
   void setLastError(const std::string& text);
   const char* lastError();
+  // Where this communicator's ranks meet to form its successors (Note [Rendezvous]); one split or shrink at a time.
+  Rendezvous& rendezvous() { return *rendezvous_; }
 
  private:
   void logEnvironment();
@@ -230,6 +233,7 @@ class Comm : public algo::Context {
   FlightRecorder flight_;
   void dumpOnFailure(const std::string& why);  // the first failure's dump (Note [Flight recorder])
   Fd heartbeatSocket_;                 // until liveness_ takes it
+  std::unique_ptr<Rendezvous> rendezvous_;
   // Last: it goes first, while what its callback touches still exists.
   std::unique_ptr<Liveness> liveness_;
   void startLiveness(const std::vector<RankInfo>& ranks);
