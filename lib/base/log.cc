@@ -45,10 +45,12 @@ std::string expandPath(const std::string& pattern, const std::string& host) {
   return out;
 }
 
-// Read once per process: logging must work before (and without) any communicator.
+// Read once per process: logging must work before (and without) any communicator. Never destroyed: a detached
+// thread (a bootstrap root whose joiners gave up) may still log while the process runs its static destructors.
 const Settings& settings() {
-  static Settings s = [] {
-    Settings st;
+  static const Settings& s = *[] {
+    auto* made = new Settings;
+    Settings& st = *made;
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     st.host = host;
@@ -80,7 +82,7 @@ const Settings& settings() {
     st.logger->set_level(spdlog::level::trace);
     st.logger->flush_on(spdlog::level::trace);
     detail::gVerbosity.store(static_cast<int>(st.level), std::memory_order_relaxed);
-    return st;
+    return made;
   }();
   return s;
 }
