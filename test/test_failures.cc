@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "lib/base/auth.h"
 #include "test/procs.h"
 #include "test/watchdog.h"
 
@@ -321,25 +322,37 @@ TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
   uint32_t hugeLen = 0xFFFFFFF0u;
   EXPECT_TRUE(sendAll(huge, &hugeLen, sizeof hugeLen));
   EXPECT_TRUE(sendAll(huge, bytes.data(), 64));
-  // 3. the right magic and version, the wrong secret, posing as rank 1 of 4
-  int impostor = connectLocal(port);
-  ASSERT_GE(impostor, 0);
-  {
+  // 3. the right magic and version, posing as rank 1 of 4: one with a proof made without the secret, one with a
+  // proof made with it but over a nonce the root never sent (what a handshake recorded elsewhere, replayed, is)
+  auto impostorFrame = [&](bool knowsSecret) {
     std::vector<uint8_t> f;
     auto put = [&](const void* v, size_t n) { f.insert(f.end(), (const uint8_t*)v, (const uint8_t*)v + n); };
     auto put32 = [&](uint32_t v) { put(&v, 4); };
     auto putStr = [&](const std::string& s) { put32(uint32_t(s.size())); put(s.data(), s.size()); };
     put32(0x43484253u);  // "CHBS"
-    put32(5);            // bootstrap version (kBootVersion)
-    uint64_t wrong = secret ^ 0x5A5A5A5A5A5A5A5Aull;
-    put(&wrong, 8);
+    put32(6);            // bootstrap version (kBootVersion)
+    chorus::auth::Nonce nonce{};
+    put(nonce.data(), nonce.size());
     put32(1), put32(4), put32(uint32_t(getpid()));  // rank, nranks, pid
     putStr("impostor");
     putStr("impostor-host-id");
     put32(0);  // no transport addresses
+    chorus::auth::Nonce stale{};  // the challenge of some other connection
+    stale[0] = 7;
+    chorus::auth::Mac proof{};
+    if (knowsSecret) proof = chorus::auth::mac(chorus::auth::derive(secret, "chorus bootstrap join", 0), stale.data(),
+                                               stale.size(), f.data(), f.size());
+    put(proof.data(), proof.size());
+    return f;
+  };
+  int impostor = connectLocal(port), replayer = connectLocal(port);
+  ASSERT_GE(impostor, 0);
+  ASSERT_GE(replayer, 0);
+  for (auto [fd, knows] : {std::pair{impostor, false}, std::pair{replayer, true}}) {
+    std::vector<uint8_t> f = impostorFrame(knows);
     uint32_t len = uint32_t(f.size());
-    EXPECT_TRUE(sendAll(impostor, &len, 4));
-    EXPECT_TRUE(sendAll(impostor, f.data(), f.size()));
+    EXPECT_TRUE(sendAll(fd, &len, 4));
+    EXPECT_TRUE(sendAll(fd, f.data(), f.size()));
   }
   // 4. a half frame that never completes, and a connection closed at once
   int partial = connectLocal(port);
@@ -353,10 +366,11 @@ TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
   // The root must drop the malformed and the wrong-secret connection promptly (and never answer them).
   EXPECT_TRUE(closedByPeer(huge, 2.0)) << "the root kept a connection that announced a 4 GiB frame";
   EXPECT_TRUE(closedByPeer(impostor, 2.0)) << "the root kept a connection with the wrong secret";
+  EXPECT_TRUE(closedByPeer(replayer, 2.0)) << "the root kept a connection that replayed a proof";
   EXPECT_TRUE(closedByPeer(junk, 2.0)) << "the root kept a connection that sent random bytes";
 
   bool done = p.waitAllExited(60);
-  close(silent), close(junk), close(huge), close(impostor), close(partial);
+  close(silent), close(junk), close(huge), close(impostor), close(replayer), close(partial);
   ASSERT_TRUE(done) << "chorusrun did not finish within 60 s\n" << p.dump();
   std::string out = p[0].output();
   EXPECT_EQ(p[0].exitCode(), 0) << out;
@@ -364,7 +378,11 @@ TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
   EXPECT_EQ(p[0].count("FAIL"), 0) << out;
   EXPECT_LT(secondsSince(t0), 30.0);
   // The root logged why it dropped them (WARN is on by default).
-  EXPECT_NE(out.find("wrong secret"), std::string::npos) << out;
+  size_t proofs = 0;
+  for (size_t at = out.find("its proof does not match"); at != std::string::npos;
+       at = out.find("its proof does not match", at + 1))
+    ++proofs;
+  EXPECT_EQ(proofs, 2u) << out;  // the impostor and the replayer
   EXPECT_NE(out.find("4294967280-byte frame"), std::string::npos) << out;
   EXPECT_NE(out.find("bad magic"), std::string::npos) << out;
 }

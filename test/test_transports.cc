@@ -28,7 +28,9 @@
 #include "test/comms.h"
 #include "test/shell.h"
 #include "test/watchdog.h"
+#include "transports/handshake.h"
 #include "transports/registry.h"
+#include "transports/tcp/wire.h"
 #include "transports/ucx/tls_list.h"
 
 using namespace chorus;
@@ -401,6 +403,36 @@ TEST(DeviceMemory, AnAllocationWithoutADeviceRuntimeSaysWhy) {
 
 }  // namespace
 
+// Once a communicator is formed its transports listen no more (nothing from outside can hold a connection open on
+// them); what stays open is one rendezvous listener per rank (Note [Rendezvous]), until it is destroyed.
+TEST(Handshake, ATransportsPortsCloseOnceTheCommunicatorIsFormed) {
+  Watchdog wd(60);
+  EnvGuard env;
+  env.set("CHORUS_TRANSPORTS", "tcp");
+  const std::set<uint16_t> before = listeningPorts();
+  std::vector<chorusComm_t> comms = chorus::test::makeComms(3);
+  auto opened = [&] {  // the bootstrap root's thread closes its port just after its last answer
+    std::set<uint16_t> now;
+    for (int i = 0; i < 100; ++i) {
+      now.clear();
+      for (uint16_t port : listeningPorts())
+        if (!before.count(port)) now.insert(port);
+      if (now.size() <= 3) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return now.size();
+  };
+  EXPECT_EQ(opened(), 3u);
+  std::vector<std::string> errs = chorus::test::onAll(comms, [](int, chorusComm_t c) {
+    int32_t x = 1;
+    if (chorusAllReduce(&x, &x, 1, chorusInt32, chorusSum, c, nullptr) != chorusSuccess || x != 3)
+      throw std::runtime_error(chorusGetLastError(c));
+  });
+  EXPECT_TRUE(errs.empty()) << errs[0];
+  chorus::test::destroyAll(comms);
+  EXPECT_EQ(opened(), 0u);
+}
+
 // Strangers on a transport's listening ports (junk, an HTTP request) while a pair connects: dropped, and the
 // pair forms and carries data as if they were not there.
 TEST(Handshake, StrangersAreDroppedWhileAPairConnects) {
@@ -422,6 +454,71 @@ TEST(Handshake, StrangersAreDroppedWhileAPairConnects) {
     p->t[0]->close(deadlineIn(2));
     p->t[1]->close(deadlineIn(2));
   }
+}
+
+// The acceptor's checks of Hellos themselves (Note [Authentication]): a sealed Hello is taken; the same bytes again
+// (a replay, recorded on the wire), one sealed without the secret, one sealed for another communicator, a Hello
+// cut short and left hanging, and an oversized stream of junk are each dropped with their reason, and the
+// acceptor goes on taking a fresh one.
+TEST(Handshake, SealedHellosAreCheckedAndReplaysAndForgeriesRefused) {
+  Watchdog wd(60);
+  using Hello = chorus::transport::tcp::Hello;
+  transport::Setup setup, stranger, otherComm;
+  for (transport::Setup* s : {&setup, &stranger, &otherComm}) {
+    s->rank = 1;
+    s->nranks = 2;
+    s->secret = 0x1234;
+    s->commId = 0x77;
+    for (int q = 0; q < 2; ++q) s->peers.push_back({q, getpid(), "localhost", "this-host"});
+  }
+  stranger.secret = 0x9999;
+  otherComm.commId = 0x78;
+  SockAddr bound;
+  SockAddr lo = SockAddr::parse("127.0.0.1:1");
+  lo.setPort(0);
+  Fd listener = listenOn(lo, &bound);
+  setNonBlocking(listener.get());
+  transport::HelloAcceptor acceptor("tcp", setup, sizeof(Hello), [&](const uint8_t* bytes, const Fd&) {
+    Hello h;
+    std::memcpy(&h, bytes, sizeof h);
+    return transport::helloProblem(h, transport::tcp::kHelloMagic, transport::tcp::kWireVersion, setup);
+  });
+  auto hello = [&](const transport::Setup& as) {
+    Hello h{transport::tcp::kHelloMagic, transport::tcp::kWireVersion, as.commId, 0, 0, 1, 1, {}};
+    transport::seal(h, as);
+    return h;
+  };
+  auto sendBytes = [&](const void* p, size_t n) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&bound.ss), bound.len) != 0) return -1;
+    (void)!::send(fd, p, n, MSG_NOSIGNAL);
+    return fd;
+  };
+  int taken = 0;
+  auto pump = [&](double seconds) {
+    const Deadline end = deadlineIn(seconds);
+    while (Clock::now() < end) acceptor.poll(listener.get(), end, [&](transport::HelloAcceptor::Arrival&&) { ++taken; });
+  };
+  const Hello good = hello(setup);
+  std::vector<int> fds;
+  fds.push_back(sendBytes(&good, sizeof good));
+  pump(0.3);
+  EXPECT_EQ(taken, 1);
+  fds.push_back(sendBytes(&good, sizeof good));  // replayed
+  const Hello forged = hello(stranger), elsewhere = hello(otherComm);
+  fds.push_back(sendBytes(&forged, sizeof forged));
+  fds.push_back(sendBytes(&elsewhere, sizeof elsewhere));
+  fds.push_back(sendBytes(&good, sizeof good / 2));  // half a Hello, then silence
+  std::vector<uint8_t> junk(1 << 20, 0xEE);
+  fds.push_back(sendBytes(junk.data(), junk.size()));
+  pump(0.5);
+  EXPECT_EQ(taken, 1);
+  const Hello fresh = hello(setup);
+  fds.push_back(sendBytes(&fresh, sizeof fresh));
+  pump(0.3);
+  EXPECT_EQ(taken, 2);
+  for (int fd : fds)
+    if (fd >= 0) ::close(fd);
 }
 
 // Nobody connects: accept fails at its deadline naming the peer, and does not hang.

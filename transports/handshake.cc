@@ -103,6 +103,13 @@ void HelloAcceptor::poll(int listener, Deadline deadline, const std::function<vo
   }
 }
 
+void HelloAcceptor::dropPending() {
+  for (Pending& p : pending_)
+    CHORUS_WARN(kNet, "{}: {} dropped a connection from {}: its handshake was unfinished when the communicator "
+                "was formed", setup_.peers[setup_.rank].name(), transport_, p.a.from);
+  pending_.clear();
+}
+
 std::string HelloAcceptor::advance(Pending& p) {
   if (Clock::now() > p.deadline) return "it stayed silent past the handshake deadline";
   int passed = -1;
@@ -118,7 +125,11 @@ std::string HelloAcceptor::advance(Pending& p) {
   if (r < 0) return (errno == EAGAIN || errno == EINTR) ? "wait" : std::strerror(errno);
   p.got += static_cast<size_t>(r);
   if (p.got < helloBytes_) return "wait";
-  return check_(p.a.hello.data(), p.a.passed);
+  if (std::string problem = check_(p.a.hello.data(), p.a.passed); !problem.empty()) return problem;
+  auth::Nonce nonce;  // every Hello ends with its Seal
+  std::memcpy(nonce.data(), p.a.hello.data() + helloBytes_ - sizeof(Seal), nonce.size());
+  if (!seen_.insert(nonce).second) return "a replayed handshake (its nonce was seen before)";
+  return "";
 }
 
 }  // namespace chorus::transport

@@ -65,6 +65,9 @@ class Transport {
   // still needs this side's progress, so the rank may then block elsewhere (another transport's setup, the
   // bootstrap, the caller's own code) while its peers are still in accept(). Throws at the deadline naming the peer.
   virtual void settle(std::chrono::steady_clock::time_point deadline) { (void)deadline; }
+  // Called on every transport once the communicator is formed: nothing connects to it any more, so it closes what
+  // it listened on (and any stranger still waiting there); a port that is closed cannot be held by an idle one.
+  virtual void stopListening() {}
   // Queues len bytes tagged `tag` to peer. Never blocks; buf and *req stay valid until req->done.
   virtual void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) = 0;
   // Posts a receive of exactly len bytes tagged `tag` from peer. Never blocks; see Note [Message tags].

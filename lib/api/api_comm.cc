@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "lib/api/api_guard.h"
 #include "lib/api/dump_signal.h"
@@ -281,7 +282,12 @@ chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm) {
       root.secret = std::strtoull(secretText.c_str(), &end, 16);
       if (*end != '\0') fail(chorusInvalidArgument, "CHORUS_SECRET='{}' is not a hexadecimal number", secretText);
     } else {
-      CHORUS_INFO(kInit, "CHORUS_SECRET is not set: connections are checked against the default secret only");
+      static std::once_flag said;
+      std::call_once(said, [] {
+        CHORUS_INFO(kInit, "CHORUS_SECRET is not set: this job uses the default secret, which everyone knows, so "
+                    "anyone who can reach its ports can join it (Note [Authentication]); set CHORUS_SECRET to the "
+                    "same random hexadecimal number on every rank (chorusrun does)");
+      });
     }
     if (rank == 0) {
       SockAddr bindAddr = root.root;

@@ -9,6 +9,7 @@
 #include <map>
 #include <thread>
 
+#include "lib/base/auth.h"
 #include "lib/base/error.h"
 #include "lib/base/identity.h"
 #include "lib/base/log.h"
@@ -20,12 +21,25 @@ namespace {
 
 constexpr uint32_t kIdMagic = 0x43484944;  // "CHID"
 constexpr uint32_t kBootMagic = 0x43484253;  // "CHBS"
-constexpr uint32_t kBootVersion = 5;
+constexpr uint32_t kChallengeMagic = 0x43484348;  // "CHCH"
+constexpr uint32_t kBootVersion = 6;
 constexpr uint32_t kMaxTransports = 8;
 constexpr size_t kMaxPayload = 64;
-constexpr size_t kMaxInfoFrame = 1024 + 2 * (4 + sizeof(sockaddr_storage)) + (4 + kMaxPayload) + kMaxTransports * (64 + transport::kMaxAddressBytes);
+constexpr size_t kMaxInfoFrame = 1024 + sizeof(auth::Nonce) + sizeof(auth::Mac) + 2 * (4 + sizeof(sockaddr_storage)) + (4 + kMaxPayload) + kMaxTransports * (64 + transport::kMaxAddressBytes);
 constexpr size_t kMaxTableFrame = 64u << 20;
 constexpr double kHandshakeSeconds = 5.0;
+
+// What the root sends first on every connection (Note [Authentication] in lib/base/auth.cc).
+struct Challenge {
+  uint32_t magic;
+  uint32_t version;
+  auth::Nonce nonce;
+};
+static_assert(sizeof(Challenge) == 24);
+
+// The keys of a join (joiner to root) and of a table (root to joiner).
+auth::Key joinKey(uint64_t secret) { return auth::derive(secret, "chorus bootstrap join", 0); }
+auth::Key tableKey(uint64_t secret) { return auth::derive(secret, "chorus bootstrap table", 0); }
 
 // Bounds-checked little serializer for bootstrap frames.
 class Writer {
@@ -116,13 +130,15 @@ struct Joiner {
   Fd fd;
   SockAddr from;
   Deadline deadline;
+  auth::Nonce challenge{};   // ours, sent on accept
+  auth::Nonce nonce{};       // the joiner's, for the MAC of our answer
   std::vector<uint8_t> buf;  // partial frame: 4-byte length then payload
   RankInfo info;
   bool joined = false;
 };
 
 // Reads what is available of j's one frame; "" when complete, "wait" for more, else why to drop it.
-std::string readJoin(Joiner& j, uint64_t secret) {
+std::string readJoin(Joiner& j, const auth::Key& key) {
   if (Clock::now() > j.deadline) return "it stayed silent past the handshake deadline";
   uint8_t tmp[4096];
   size_t want = j.buf.size() < 4 ? 4 - j.buf.size() : 0;
@@ -142,13 +158,17 @@ std::string readJoin(Joiner& j, uint64_t secret) {
   std::memcpy(&len, j.buf.data(), 4);
   if (len > kMaxInfoFrame) return fmt::format("it announced a {}-byte frame (limit {})", len, kMaxInfoFrame);
   if (j.buf.size() < 4 + len) return "wait";
-  std::vector<uint8_t> payload(j.buf.begin() + 4, j.buf.end());
+  if (len < sizeof(auth::Mac)) return "a frame too short to carry its proof";
+  std::vector<uint8_t> payload(j.buf.begin() + 4, j.buf.end() - static_cast<long>(sizeof(auth::Mac)));
   try {
     Reader rd(payload, j.from.str());
     if (rd.get<uint32_t>() != kBootMagic) return "bad magic (not a Chorus rank)";
     uint32_t version = rd.get<uint32_t>();
     if (version != kBootVersion) return fmt::format("bootstrap version {} (root speaks {})", version, kBootVersion);
-    if (rd.get<uint64_t>() != secret) return "wrong secret";
+    if (!auth::equal(auth::mac(key, j.challenge.data(), j.challenge.size(), payload.data(), payload.size()),
+                     &*(j.buf.end() - static_cast<long>(sizeof(auth::Mac)))))
+      return "wrong secret (its proof does not match)";
+    j.nonce = rd.get<auth::Nonce>();
     j.info = getInfo(rd);
   } catch (const Error& e) {
     return e.what();
@@ -158,6 +178,7 @@ std::string readJoin(Joiner& j, uint64_t secret) {
 
 void rootMain(Fd listener, uint64_t secret, double timeoutSec) {
   Deadline deadline = deadlineIn(timeoutSec);
+  const auth::Key joinK = joinKey(secret), tableK = tableKey(secret);
   std::vector<Joiner> conns;
   std::map<int, size_t> byRank;
   int nranks = -1;
@@ -172,12 +193,20 @@ void rootMain(Fd listener, uint64_t secret, double timeoutSec) {
       from.len = sizeof from.ss;
       int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from.ss), &from.len, SOCK_CLOEXEC);
       if (fd < 0) break;
-      conns.push_back(Joiner{Fd(fd), from, deadlineIn(kHandshakeSeconds), {}, {}, false});
+      Joiner j{Fd(fd), from, deadlineIn(kHandshakeSeconds), auth::freshNonce(), {}, {}, {}, false};
+      const Challenge c{kChallengeMagic, kBootVersion, j.challenge};
+      // A fresh socket's buffer takes 24 bytes at once; one that does not is not worth waiting for.
+      if (::send(j.fd.get(), &c, sizeof c, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof c)) {
+        CHORUS_WARN(kBootstrap, "bootstrap root dropped a connection from {}: it could not take the challenge",
+                    from.str());
+        continue;
+      }
+      conns.push_back(std::move(j));
     }
     for (size_t i = 0; i < conns.size();) {
       Joiner& j = conns[i];
       if (j.joined) { ++i; continue; }
-      std::string problem = readJoin(j, secret);
+      std::string problem = readJoin(j, joinK);
       if (problem == "wait") { ++i; continue; }
       if (problem.empty()) {
         const RankInfo& r = j.info;
@@ -218,11 +247,14 @@ void rootMain(Fd listener, uint64_t secret, double timeoutSec) {
     w.put<uint32_t>(1);
     w.putString(failure);
   }
-  std::vector<uint8_t> table = w.take();
+  const std::vector<uint8_t> table = w.take();
   for (auto& c : conns) {
     if (!c.joined) continue;
     try {
-      sendFrame(c.fd.get(), table, deadlineIn(10.0), fmt::format("rank {}", c.info.rank));
+      std::vector<uint8_t> frame = table;
+      const auth::Mac m = auth::mac(tableK, c.nonce.data(), c.nonce.size(), table.data(), table.size());
+      frame.insert(frame.end(), m.begin(), m.end());
+      sendFrame(c.fd.get(), frame, deadlineIn(10.0), fmt::format("rank {}", c.info.rank));
     } catch (const Error& e) {
       CHORUS_WARN(kBootstrap, "bootstrap root could not answer rank {}: {}", c.info.rank, e.what());
     }
@@ -269,13 +301,30 @@ void startRoot(Fd listener, uint64_t secret, double timeoutSec) {
 BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine, Deadline deadline) {
   std::string who = "the bootstrap root at " + root.root.str();
   Fd fd = connectTo(root.root, deadline);
+  Challenge c;
+  recvAll(fd.get(), &c, sizeof c, deadline, who);
+  if (c.magic != kChallengeMagic) fail(chorusRemoteError, "{} is not a Chorus bootstrap root (bad magic)", who);
+  if (c.version != kBootVersion)
+    fail(chorusInvalidUsage, "{} speaks bootstrap version {}, this library {}: mixed Chorus versions", who,
+         c.version, kBootVersion);
+  const auth::Nonce nonce = auth::freshNonce();
   Writer w;
   w.put<uint32_t>(kBootMagic);
   w.put<uint32_t>(kBootVersion);
-  w.put<uint64_t>(root.secret);
+  w.put(nonce);
   putInfo(w, mine);
-  sendFrame(fd.get(), w.take(), deadline, who);
+  std::vector<uint8_t> join = w.take();
+  const auth::Mac proof = auth::mac(joinKey(root.secret), c.nonce.data(), c.nonce.size(), join.data(), join.size());
+  join.insert(join.end(), proof.begin(), proof.end());
+  sendFrame(fd.get(), join, deadline, who);
   std::vector<uint8_t> frame = recvFrame(fd.get(), kMaxTableFrame, deadline, who);
+  if (frame.size() < sizeof(auth::Mac) ||
+      !auth::equal(auth::mac(tableKey(root.secret), nonce.data(), nonce.size(), frame.data(),
+                             frame.size() - sizeof(auth::Mac)),
+                   frame.data() + frame.size() - sizeof(auth::Mac)))
+    fail(chorusRemoteError, "{} did not prove that it knows the communicator's secret (a stranger, or the root of "
+         "another job at that address)", who);
+  frame.resize(frame.size() - sizeof(auth::Mac));
   Reader rd(frame, who);
   if (rd.get<uint32_t>() != 0)
     fail(chorusInvalidUsage, "communicator creation failed at the bootstrap root: {}", rd.getString(4096));

@@ -1,6 +1,7 @@
 // Bootstrap: how ranks find each other. A root listener (started by chorusGetUniqueId, or by rank 0 of
 // chorusCommInitFromEnv at CHORUS_ROOT) collects one RankInfo per rank and sends everyone the full table plus
-// a fresh communicator id. Every connection opens with magic, version and the secret; frames are length-
+// a fresh communicator id. Each side of every connection proves it knows the secret by a MAC over the other's
+// fresh nonce (Note [Authentication] in lib/base/auth.cc), never sending it; frames are length-
 // bounded before allocation; a connection that fails any check, or stays silent, is closed and logged and
 // never disturbs the communicator being built.
 #pragma once

@@ -72,6 +72,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   deviceRoute_.assign(nranks, nullptr);
   connectPeers(boot.ranks, deadline);
   connectDeviceRoutes(boot.ranks, deadline);
+  for (auto& t : transports_) t->stopListening();
   tagged_->start();
   model_ = buildCostModel(*this, oversubscribed_);
   executor_ = std::make_unique<Executor>(*this);

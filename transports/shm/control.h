@@ -8,20 +8,22 @@
 #include <string>
 
 #include "lib/base/socket.h"
+#include "transports/handshake.h"
 
 namespace chorus::transport::shm {
 
 constexpr uint32_t kHelloMagic = 0x43485348;  // "CHSH"
 constexpr uint32_t kFrameMagic = 0x43485346;  // "CHSF"
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;  // 2: sealed Hellos
 constexpr uint32_t kMaxAbortText = 4096;
 
 struct Hello {
   uint32_t magic, version;
-  uint64_t secret, commId;
+  uint64_t commId;
   int32_t fromRank, toRank;
   uint64_t processNonce;  // equal nonces: the two ranks are threads of one process
   uint64_t probeAddr, probeValue;  // a word of the sender's memory, for the receiver's direct-copy probe
+  Seal seal;
 };
 
 enum class FrameType : uint8_t { Wake = 1, Bye = 2, Abort = 3 };

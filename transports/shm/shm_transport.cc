@@ -181,10 +181,17 @@ class ShmTransport final : public Transport {
     bool canRead = p->sameProcess || probeRead(p->pid, a.probeAddr, a.probeValue);
     p->s()->canRead[0].v.store(canRead ? 1 : 2, std::memory_order_relaxed);
     p->s()->membarrier[0].v.store(registerMembarrier() ? 1 : 0, std::memory_order_relaxed);
-    Hello h{kHelloMagic, kWireVersion, setup_.secret, setup_.commId, setup_.rank, peer, processNonce(),
-            reinterpret_cast<uint64_t>(&probe_), probe_};
+    Hello h{kHelloMagic, kWireVersion, setup_.commId, setup_.rank, peer, processNonce(),
+            reinterpret_cast<uint64_t>(&probe_), probe_, {}};
+    seal(h, setup_);
     sendHello(p->sock.get(), &h, sizeof h, p->seg.fd(), setup_.peers[peer].name());
     addPeer(peer, std::move(p));
+  }
+
+  void stopListening() override {
+    listener_.reset();
+    acceptor_.dropPending();
+    arrived_.clear();  // none is left for a peer: every accept() has returned
   }
 
   void accept(int peer, const std::vector<uint8_t>&, Deadline deadline) override {

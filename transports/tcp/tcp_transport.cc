@@ -64,12 +64,19 @@ class TcpTransport final : public Transport {
     to.len = len;
     for (int i = 0; i < connections(); ++i) {
       Fd fd = connectTo(to, deadline);
-      Hello h{kHelloMagic, kWireVersion, setup_.secret, setup_.commId, setup_.rank, i, nsocks_, peer};
+      Hello h{kHelloMagic, kWireVersion, setup_.commId, setup_.rank, i, nsocks_, peer, {}};
+      seal(h, setup_);
       sendHello(fd.get(), &h, sizeof h, -1, setup_.peers[peer].name());
       addSocket(peer, std::move(fd));
     }
     CHORUS_INFO(kNet, "connected to {} at {} over tcp ({} data connections)", setup_.peers[peer].name(), to.str(),
                 nsocks_);
+  }
+
+  void stopListening() override {
+    listener_.reset();
+    acceptor_.dropPending();
+    arrived_.clear();  // none is left for a peer: every accept() has returned
   }
 
   void accept(int peer, const std::vector<uint8_t>&, Deadline deadline) override {

@@ -3,24 +3,26 @@
 
 #include <cstdint>
 
+#include "transports/handshake.h"
+
 namespace chorus::transport::tcp {
 
 constexpr uint32_t kHelloMagic = 0x43485348;  // "CHSH"
 constexpr uint32_t kFrameMagic = 0x43484652;  // "CHFR"
-constexpr uint32_t kWireVersion = 2;  // 2: a connection for tagged messages
+constexpr uint32_t kWireVersion = 3;  // 2: a connection for tagged messages; 3: sealed Hellos
 
 // First bytes on every data connection, sent by the connecting side.
 struct Hello {
   uint32_t magic;
   uint32_t version;
-  uint64_t secret;
   uint64_t commId;
   int32_t fromRank;
   int32_t sockIndex;
   int32_t nsocks;
   int32_t toRank;
+  Seal seal;
 };
-static_assert(sizeof(Hello) == 40);
+static_assert(sizeof(Hello) == 80);
 
 enum class FrameType : uint8_t { Data = 1, Bye = 2, Abort = 3 };
 

@@ -58,6 +58,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -480,8 +481,9 @@ class UcxTransport final : public Transport {
   void sendControl(Peer& p, ControlType type, uint32_t code, const std::string& text) {
     Op& op = takeOp(Role::ControlSend, &p, nullptr);
     op.hello = type == ControlType::Hello;
-    Control c{kControlMagic, kWireVersion, setup_.secret, setup_.commId, setup_.rank, p.rank, type, code,
-              static_cast<uint32_t>(text.size()), 0};
+    Control c{kControlMagic, kWireVersion, setup_.commId, setup_.rank, p.rank, type, code,
+              static_cast<uint32_t>(text.size()), 0, {}};
+    seal(c, setup_, text.data(), text.size());
     std::memcpy(op.bounce.get(), &c, sizeof c);
     std::memcpy(op.bounce.get() + sizeof c, text.data(), text.size());
     ++controlSends_;
@@ -588,17 +590,20 @@ class UcxTransport final : public Transport {
           "run the same Chorus build?)", self(), describe(op.tag), op.peer->name, length);
   }
 
-  std::string controlProblem(const Control& c, int peer) const {
+  // `text`: the bytes that followed c (an Abort's reason), which its seal covers.
+  std::string controlProblem(const Control& c, int peer, const std::string& text) {
     // helloProblem() expects Hellos from lower ranks only; here both sides send one.
     if (c.magic != kControlMagic) return "bad magic (not a Chorus peer)";
     if (c.version != kWireVersion)
       return fmt::format("wire version {} (this rank speaks {})", c.version, kWireVersion);
-    if (c.secret != setup_.secret) return "wrong secret";
     if (c.commId != setup_.commId) return "it belongs to another communicator";
+    if (!sealed(c, setup_, text.data(), text.size())) return "wrong secret (its proof does not match)";
     if (c.fromRank != peer || c.toRank != setup_.rank)
       return fmt::format("unexpected ranks {} -> {}", c.fromRank, c.toRank);
+    if (!seenControl_.insert(c.seal.nonce).second) return "a replayed control message (its nonce was seen before)";
     return "";
   }
+  std::set<auth::Nonce> seenControl_;
 
   void onControl(Op& op, const Part& part) {
     Peer& p = *op.peer;
@@ -613,7 +618,9 @@ class UcxTransport final : public Transport {
                    part.length, ucs_status_string(part.status));
     }
     std::memcpy(&c, op.bounce.get(), sizeof c);
-    if (std::string problem = controlProblem(c, p.rank); !problem.empty()) {
+    const std::string text(reinterpret_cast<const char*>(op.bounce.get() + sizeof c),
+                           std::min<size_t>({c.textLen, part.length - sizeof c, kMaxAbortText}));
+    if (std::string problem = controlProblem(c, p.rank, text); !problem.empty()) {
       op.failed = true;
       return fault(c.magic == kControlMagic ? chorusInvalidUsage : chorusRemoteError,
                    "{}: the ucx connection with {} is not one of this communicator's: {}", self(), p.name, problem);
@@ -627,8 +634,6 @@ class UcxTransport final : public Transport {
         CHORUS_DEBUG(kNet, "{}: {} said goodbye", self(), p.name);
         break;
       case ControlType::Abort: {
-        size_t n = std::min<size_t>({c.textLen, part.length - sizeof c, kMaxAbortText});
-        std::string text(reinterpret_cast<const char*>(op.bounce.get() + sizeof c), n);
         fault(c.code == chorusInvalidUsage ? chorusInvalidUsage : chorusRemoteError,
               "{} failed and aborted the communicator: {}", p.name, text);
         break;

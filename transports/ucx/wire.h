@@ -4,12 +4,14 @@
 
 #include <cstdint>
 
+#include "transports/handshake.h"
+
 #include "lib/base/ops.h"
 
 namespace chorus::transport::ucx {
 
 constexpr uint32_t kControlMagic = 0x43485543;  // "CHUC"
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;  // 2: sealed control messages
 
 // Bits 63..62: message class; bits 31..0: the sender's rank. Receives match all 64 bits.
 constexpr uint64_t kDataClass = 0;
@@ -34,13 +36,14 @@ enum class ControlType : uint32_t { Hello = 1, Bye = 2, Abort = 3 };
 // Every control message carries the handshake fields, so each one is checked like a Hello.
 struct Control {
   uint32_t magic, version;
-  uint64_t secret, commId;
+  uint64_t commId;
   int32_t fromRank, toRank;
   ControlType type;
   uint32_t code;     // Abort: the chorusResult_t
-  uint32_t textLen;  // Abort: bytes of reason text that follow
+  uint32_t textLen;  // Abort: bytes of reason text that follow (the seal covers them)
   uint32_t reserved;
+  Seal seal;
 };
-static_assert(sizeof(Control) == 48);
+static_assert(sizeof(Control) == 88);
 
 }  // namespace chorus::transport::ucx
