@@ -67,6 +67,30 @@ TEST(Split, ColorsFormCommunicatorsOrderedByKeyThenRank) {
   destroyAll(comms);
 }
 
+// Rows then columns of a 2 x 3 grid, ten times over one parent, each rank going on as soon as its own split is
+// done: a rank of a finished color reaches the next round's host while that host may still serve the last
+// round's root on the same port (Note [Rendezvous]); it must join the right one.
+TEST(Split, BackToBackSplitsOfOneParentMeetTheRightRoots) {
+  Watchdog wd;
+  const int n = 6;
+  auto comms = makeComms(n);
+  auto errs = onAll(comms, [&](int r, chorusComm_t c) {
+    for (int round = 0; round < 10; ++round)
+      for (int byRow : {1, 0}) {
+        chorusComm_t sub = nullptr;
+        check(chorusCommSplit(c, byRow ? r / 3 : r % 3, r, &sub, nullptr), nullptr, "chorusCommSplit");
+        int32_t v = r, want = 0;
+        for (int q = 0; q < n; ++q)
+          if (byRow ? q / 3 == r / 3 : q % 3 == r % 3) want += q;
+        check(chorusAllReduce(&v, &v, 1, chorusInt32, chorusSum, sub, nullptr), nullptr, "AllReduce");
+        if (v != want) throw std::runtime_error("sum " + std::to_string(v) + ", expected " + std::to_string(want));
+        check(chorusCommDestroy(sub), nullptr, "chorusCommDestroy");
+      }
+  });
+  EXPECT_TRUE(errs.empty()) << errs[0];
+  destroyAll(comms);
+}
+
 TEST(Split, KeepsTheParentsSettingsUnlessGivenAConfig) {
   Watchdog wd;
   auto comms = makeComms(2);

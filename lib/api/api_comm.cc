@@ -179,6 +179,10 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
     // failed (Note [Rendezvous]).
     const int n = c->nranks(), me = c->rank();
     Rendezvous& rv = c->rendezvous();
+    struct RootEnd {
+      Rendezvous& rv;
+      ~RootEnd() { rv.endRoot(); }
+    } rootEnd{rv};
     rv.beginRound("split", {});
     RankInfo mine;
     mine.rank = me;
@@ -240,6 +244,10 @@ chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int ex
     // The survivors meet at the lowest survivor's rendezvous listener (Note [Rendezvous]); the excluded ranks are
     // part of the round's secret, so survivors that disagree about them do not form a communicator together.
     Rendezvous& rv = c->rendezvous();
+    struct RootEnd {
+      Rendezvous& rv;
+      ~RootEnd() { rv.endRoot(); }
+    } rootEnd{rv};
     rv.beginRound("shrink", excluded);
     const int newRank = static_cast<int>(std::find(survivors.begin(), survivors.end(), me) - survivors.begin());
     *newcomm = createComm(static_cast<int>(survivors.size()), newRank,

@@ -120,18 +120,23 @@ SockAddr findInterfaceAddress(const std::string& spec, std::string* ifname) {
   return best;
 }
 
-Fd listenOn(const SockAddr& addr, SockAddr* bound) {
+Fd bindTo(const SockAddr& addr, SockAddr* bound) {
   Fd fd(::socket(addr.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) failErrno("socket");
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr.ss), addr.len) != 0)
     failErrno("bind to " + addr.str());
-  if (::listen(fd.get(), 4096) != 0) failErrno("listen on " + addr.str());
   if (bound) {
     bound->len = sizeof bound->ss;
     getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound->ss), &bound->len);
   }
+  return fd;
+}
+
+Fd listenOn(const SockAddr& addr, SockAddr* bound) {
+  Fd fd = bindTo(addr, bound);
+  if (::listen(fd.get(), 4096) != 0) failErrno("listen on " + addr.str());
   return fd;
 }
 

@@ -50,6 +50,8 @@ struct SockAddr {
 SockAddr findInterfaceAddress(const std::string& spec, std::string* ifname);
 
 Fd listenOn(const SockAddr& addr, SockAddr* bound);
+// Binds without listening: the port is reserved, and connections to it are refused until listen().
+Fd bindTo(const SockAddr& addr, SockAddr* bound);
 // Retries refused connections until the deadline (the listener may not be up yet).
 Fd connectTo(const SockAddr& addr, Deadline deadline);
 void setNonBlocking(int fd);

@@ -168,15 +168,16 @@ std::string readJoin(Joiner& j, const auth::Key& key) {
     if (!auth::equal(auth::mac(key, j.challenge.data(), j.challenge.size(), payload.data(), payload.size()),
                      &*(j.buf.end() - static_cast<long>(sizeof(auth::Mac)))))
       return "wrong secret (its proof does not match)";
-    j.nonce = rd.get<auth::Nonce>();
-    j.info = getInfo(rd);
+    decodeJoin(payload, j.from.str(), &j.nonce, &j.info);
   } catch (const Error& e) {
     return e.what();
   }
   return "";
 }
 
-void rootMain(Fd listener, uint64_t secret, double timeoutSec) {
+}  // namespace
+
+void serveRoot(Fd listener, uint64_t secret, double timeoutSec) {
   Deadline deadline = deadlineIn(timeoutSec);
   const auth::Key joinK = joinKey(secret), tableK = tableKey(secret);
   std::vector<Joiner> conns;
@@ -261,8 +262,6 @@ void rootMain(Fd listener, uint64_t secret, double timeoutSec) {
   }
 }
 
-}  // namespace
-
 void encodeUniqueId(const UniqueIdData& d, chorusUniqueId* id) {
   std::memset(id, 0, sizeof *id);
   Writer w;
@@ -295,29 +294,59 @@ UniqueIdData decodeUniqueId(const chorusUniqueId& id) {
 }
 
 void startRoot(Fd listener, uint64_t secret, double timeoutSec) {
-  std::thread(rootMain, std::move(listener), secret, timeoutSec).detach();
+  std::thread(serveRoot, std::move(listener), secret, timeoutSec).detach();
 }
 
 BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine, Deadline deadline) {
   std::string who = "the bootstrap root at " + root.root.str();
-  Fd fd = connectTo(root.root, deadline);
-  Challenge c;
-  recvAll(fd.get(), &c, sizeof c, deadline, who);
-  if (c.magic != kChallengeMagic) fail(chorusRemoteError, "{} is not a Chorus bootstrap root (bad magic)", who);
-  if (c.version != kBootVersion)
-    fail(chorusInvalidUsage, "{} speaks bootstrap version {}, this library {}: mixed Chorus versions", who,
-         c.version, kBootVersion);
+  // Network I/O of the exchange: true when it went through, false when the root closed the connection first
+  // (chorusRemoteError), which is tried again below; anything else is thrown.
+  auto went = [](auto&& io) {
+    try {
+      io();
+      return true;
+    } catch (const Error& e) {
+      if (e.code() != chorusRemoteError) throw;
+      return false;
+    }
+  };
   const auth::Nonce nonce = auth::freshNonce();
   Writer w;
   w.put<uint32_t>(kBootMagic);
   w.put<uint32_t>(kBootVersion);
   w.put(nonce);
   putInfo(w, mine);
-  std::vector<uint8_t> join = w.take();
-  const auth::Mac proof = auth::mac(joinKey(root.secret), c.nonce.data(), c.nonce.size(), join.data(), join.size());
-  join.insert(join.end(), proof.begin(), proof.end());
-  sendFrame(fd.get(), join, deadline, who);
-  std::vector<uint8_t> frame = recvFrame(fd.get(), kMaxTableFrame, deadline, who);
+  const std::vector<uint8_t> join = w.take();
+  std::vector<uint8_t> frame;
+  // A connection that a root's listener took but nobody accepted (a rendezvous root that just finished, Note
+  // [Rendezvous]) is reset before the challenge: connect again. A rendezvous joiner also tries again when a root
+  // drops it after the challenge, as that root may serve another round on the same port; others fail at once.
+  for (;;) {
+    if (Clock::now() >= deadline) fail(chorusTimeout, "could not join {} before the deadline", who);
+    Fd fd = connectTo(root.root, deadline);
+    Challenge c;
+    if (!went([&] { recvAll(fd.get(), &c, sizeof c, deadline, who); })) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    if (c.magic != kChallengeMagic) fail(chorusRemoteError, "{} is not a Chorus bootstrap root (bad magic)", who);
+    if (c.version != kBootVersion)
+      fail(chorusInvalidUsage, "{} speaks bootstrap version {}, this library {}: mixed Chorus versions", who,
+           c.version, kBootVersion);
+    std::vector<uint8_t> signedJoin = join;
+    const auth::Mac proof = auth::mac(joinKey(root.secret), c.nonce.data(), c.nonce.size(), join.data(), join.size());
+    signedJoin.insert(signedJoin.end(), proof.begin(), proof.end());
+    bool answered = false;
+    try {
+      sendFrame(fd.get(), signedJoin, deadline, who);
+      frame = recvFrame(fd.get(), kMaxTableFrame, deadline, who);
+      answered = true;
+    } catch (const Error& e) {
+      if (e.code() != chorusRemoteError || !root.rendezvous) throw;
+    }
+    if (answered) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   if (frame.size() < sizeof(auth::Mac) ||
       !auth::equal(auth::mac(tableKey(root.secret), nonce.data(), nonce.size(), frame.data(),
                              frame.size() - sizeof(auth::Mac)),
@@ -325,14 +354,31 @@ BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine,
     fail(chorusRemoteError, "{} did not prove that it knows the communicator's secret (a stranger, or the root of "
          "another job at that address)", who);
   frame.resize(frame.size() - sizeof(auth::Mac));
+  return decodeTable(frame, mine.nranks, who);
+}
+
+void decodeJoin(const std::vector<uint8_t>& payload, const std::string& who, auth::Nonce* nonce, RankInfo* info) {
+  Reader rd(payload, who);
+  if (rd.get<uint32_t>() != kBootMagic) fail(chorusRemoteError, "malformed bootstrap frame from {}: bad magic", who);
+  if (rd.get<uint32_t>() != kBootVersion)
+    fail(chorusRemoteError, "malformed bootstrap frame from {}: another version", who);
+  *nonce = rd.get<auth::Nonce>();
+  *info = getInfo(rd);
+}
+
+BootstrapResult decodeTable(const std::vector<uint8_t>& frame, int nranks, const std::string& who) {
   Reader rd(frame, who);
   if (rd.get<uint32_t>() != 0)
     fail(chorusInvalidUsage, "communicator creation failed at the bootstrap root: {}", rd.getString(4096));
   BootstrapResult res;
   res.commId = rd.get<uint64_t>();
   int n = rd.get<int32_t>();
-  if (n != mine.nranks) fail(chorusInternalError, "bootstrap root answered with {} ranks, expected {}", n, mine.nranks);
-  for (int r = 0; r < n; ++r) res.ranks.push_back(getInfo(rd));
+  if (n != nranks) fail(chorusRemoteError, "{} answered with {} ranks, expected {}", who, n, nranks);
+  for (int r = 0; r < n; ++r) {
+    res.ranks.push_back(getInfo(rd));
+    if (res.ranks.back().rank != r) fail(chorusRemoteError, "{} answered with rank {} in place {}", who,
+                                         res.ranks.back().rank, r);
+  }
   return res;
 }
 

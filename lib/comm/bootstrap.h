@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "lib/base/auth.h"
 #include "lib/base/socket.h"
 
 namespace chorus {
@@ -35,12 +36,15 @@ struct RankInfo {
 struct UniqueIdData {
   uint64_t secret = 0;
   SockAddr root;
+  bool rendezvous = false;  // a root of Note [Rendezvous]: joiners it drops try again until their deadline
 };
 
 void encodeUniqueId(const UniqueIdData& data, chorusUniqueId* id);
 UniqueIdData decodeUniqueId(const chorusUniqueId& id);  // throws chorusInvalidArgument when not a Chorus id
 
-// Starts the root on a thread of its own; it serves one communicator, then exits (also after `timeoutSec`).
+// Serves one communicator's creation on `listener` (listening), then returns (also after `timeoutSec`).
+void serveRoot(Fd listener, uint64_t secret, double timeoutSec);
+// serveRoot on a detached thread of its own.
 void startRoot(Fd listener, uint64_t secret, double timeoutSec);
 
 struct BootstrapResult {
@@ -48,6 +52,13 @@ struct BootstrapResult {
   std::vector<RankInfo> ranks;  // indexed by rank
 };
 BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine, Deadline deadline);
+
+// The parsers of what arrives from outside, once its MAC is checked (also driven by test/fuzz): a joiner's frame
+// (magic, version, its nonce and RankInfo) and the root's table for nranks ranks. Throw chorus::Error (naming
+// `who`) on anything malformed; never read past the bytes given, never allocate more than they announce within
+// the frame limits.
+void decodeJoin(const std::vector<uint8_t>& payload, const std::string& who, auth::Nonce* nonce, RankInfo* info);
+BootstrapResult decodeTable(const std::vector<uint8_t>& frame, int nranks, const std::string& who);
 
 
 }  // namespace chorus

@@ -1,12 +1,13 @@
 #include "lib/comm/rendezvous.h"
 
-#include <fcntl.h>
+#include <sys/socket.h>
 #include <sodium.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "lib/base/error.h"
+#include "lib/base/log.h"
 
 namespace chorus {
 
@@ -28,10 +29,23 @@ namespace chorus {
 Rendezvous::Rendezvous(const std::string& socketIfname, std::vector<uint8_t>* address) {
   SockAddr addr = findInterfaceAddress(socketIfname, nullptr);
   addr.setPort(0);
-  SockAddr bound;
-  listener_ = listenOn(addr, &bound);
-  const auto* p = reinterpret_cast<const uint8_t*>(&bound.ss);
-  address->assign(p, p + bound.len);
+  socket_ = bindTo(addr, &bound_);
+  const auto* p = reinterpret_cast<const uint8_t*>(&bound_.ss);
+  address->assign(p, p + bound_.len);
+}
+
+Rendezvous::~Rendezvous() {
+  if (root_.joinable()) root_.join();
+}
+
+void Rendezvous::endRoot() {
+  if (root_.joinable()) root_.join();
+  if (socket_) return;
+  try {
+    socket_ = bindTo(bound_, nullptr);
+  } catch (const Error& e) {  // another process took the port meanwhile: a later root hosted here says so
+    CHORUS_WARN(kInit, "the rendezvous port {} could not be taken back: {}", bound_.str(), e.what());
+  }
 }
 
 void Rendezvous::setMembers(int rank, uint64_t secret, uint64_t commId, const std::vector<RankInfo>& ranks) {
@@ -78,10 +92,12 @@ UniqueIdData Rendezvous::root(int host, int32_t part, double timeoutSec) {
   UniqueIdData d;
   d.secret = secretFor(part);
   d.root = at_[static_cast<size_t>(host)];
+  d.rendezvous = true;
   if (host == rank_) {
-    Fd copy(::fcntl(listener_.get(), F_DUPFD_CLOEXEC, 0));
-    if (!copy) failErrno("dup of the rendezvous listener");
-    startRoot(std::move(copy), d.secret, timeoutSec);
+    endRoot();  // split's exchange of colors, if this rank hosted it
+    if (!socket_) fail(chorusSystemError, "this rank lost its rendezvous port {} to another process", bound_.str());
+    if (::listen(socket_.get(), 4096) != 0) failErrno("listen on the rendezvous port " + bound_.str());
+    root_ = std::thread(serveRoot, std::move(socket_), d.secret, timeoutSec);
   }
   return d;
 }

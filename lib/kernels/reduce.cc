@@ -3,6 +3,9 @@
 
 #include <atomic>
 #include <cstdint>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <cstring>
 #include <type_traits>
 
@@ -199,20 +202,28 @@ constexpr IsaTable merged(const IsaTable& simd) {
 
 const Isa kPortableIsa{"portable", &kPortable};
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+bool hasF16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 const Isa* findIsa(const char* name) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   if (std::strcmp(name, "avx512") == 0) {
     if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")))
+          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && hasF16c()))
       return nullptr;
     static const IsaTable table = merged(detail::kAvx512Table);
     static const Isa isa{"avx512", &table};
     return &isa;
   }
   if (std::strcmp(name, "avx2") == 0) {
-    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")))
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && hasF16c()))
       return nullptr;
     static const IsaTable table = merged(detail::kAvx2Table);
     static const Isa isa{"avx2", &table};

@@ -158,13 +158,13 @@ class TcpTransport final : public Transport {
     // Control connections first: a peer's abort reason must win over the broken data connection it causes.
     bool moved = false;
     for (auto& [peer, socks] : conns_) moved |= socks.back()->drain();
-    for (auto& [peer, socks] : conns_)
-      explained(peer, [&] {
-        for (auto& s : socks) moved |= s->drain();
+    for (auto& entry : conns_)  // not a structured binding: clang 14 cannot capture one in a lambda
+      explained(entry.first, [&] {
+        for (auto& s : entry.second) moved |= s->drain();
       });
-    for (auto& [peer, socks] : conns_)
-      explained(peer, [&] {
-        for (auto& s : socks) moved |= s->flush();
+    for (auto& entry : conns_)
+      explained(entry.first, [&] {
+        for (auto& s : entry.second) moved |= s->flush();
       });
     return moved;
   }
