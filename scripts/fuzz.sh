@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The libFuzzer targets of test/fuzz (one per parser of outside bytes), in a clang build of their own (build-fuzz:
 # clang++-14, ASan+UBSan, libFuzzer's coverage on the whole library).
-#   scripts/fuzz.sh                 build, then replay every corpus once (what CI runs)
+#   scripts/fuzz.sh                 build, then replay every corpus once
+#   scripts/fuzz.sh build           build only (CI then replays the corpora as the meson suite 'fuzz')
 #   scripts/fuzz.sh RUNS [TARGET..] build, then fuzz each target (all by default) for RUNS executions, adding what
 #                                   it finds to test/fuzz/corpus/TARGET, then minimise that corpus
 # Prints one line per target; exits non-zero on a finding (libFuzzer leaves crash-*/leak-*/timeout-* files here).
@@ -16,6 +17,7 @@ if [ ! -f build-fuzz/build.ninja ]; then
     -Ducx=disabled -Dmicrobench=disabled >/dev/null
 fi
 ninja -C build-fuzz "${targets[@]/#/test/fuzz_}" >/dev/null
+[ "$runs" = build ] && exit 0
 export CHORUS_SOCKET_IFNAME==lo ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 status=0
 for t in "${targets[@]}"; do

@@ -2,7 +2,8 @@
 # Installs, with apt, whatever Chorus needs to build and test that is missing (Debian 12, as root).
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config g++ libgtest-dev libgmock-dev libbenchmark-dev libspdlog-dev libfmt-dev
-      libsodium-dev  # the heartbeats' MAC
+      libsodium-dev  # connections' and heartbeats' MACs (Note [Authentication])
+      clang-14 libclang-rt-14-dev  # the libFuzzer targets (scripts/fuzz.sh)
       libucx-dev ucx-utils  # the UCX transport plugin
       iproute2 iptables libnetfilter-queue-dev  # scripts/netns-cluster (simulated hosts)
       libtorch-dev pybind11-dev python3-torch python3-pytest)  # chorus_torch, the torch.distributed backend

@@ -87,9 +87,14 @@ tsan_retried() {  # LOGBASE SUITE [meson test arguments...]
 tsan_retried tsan-spaces memory_spaces
 tsan_retried tsan-ipc device_ipc --test-args='--gtest_filter=*/0:DeviceIpcLimits.*:DeviceIpcErrors.*:DeviceIpcSwitch.*'
 
+# Every parser of outside bytes: its libFuzzer target replays its corpus (clang build; scripts/fuzz.sh fuzzes).
+if scripts/fuzz.sh build; then
+  meson test -C build-fuzz --no-rebuild --print-errorlogs --num-processes 1 --suite fuzz || status=1
+else echo "fuzz build failed"; status=1; fi
+
 noleak=()
 [ ${#noleak_suites[@]} -gt 0 ] && noleak=(build-asan/meson-logs/asan-noleak.junit.xml)
 python3 scripts/test_summary.py "${tsan_skips[@]}" --extra "pkgconfig=$pkgconfig_ok" build/meson-logs/testlog.junit.xml \
   build-asan/meson-logs/testlog.junit.xml "${noleak[@]}" build-tsan/meson-logs/testlog.junit.xml \
-  "${tsan_logs[@]}"
+  "${tsan_logs[@]}" build-fuzz/meson-logs/testlog.junit.xml
 exit $status

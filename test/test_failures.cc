@@ -28,11 +28,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -225,6 +229,44 @@ bool closedByPeer(int fd, double seconds) {
   return false;
 }
 
+// The TCP ports a process of this job listens on (its socket inodes against /proc/net/tcp's LISTEN entries): the
+// process is found by its environment, `marker` in it.
+std::vector<int> listeningPortsOf(const std::string& marker, const std::string& rankVar) {
+  std::vector<int> ports;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream envf(e.path() / "environ");
+    std::string env((std::istreambuf_iterator<char>(envf)), std::istreambuf_iterator<char>());
+    std::vector<std::string> vars;
+    for (size_t at = 0; at < env.size();) {
+      size_t end = env.find('\0', at);
+      if (end == std::string::npos) end = env.size();
+      vars.push_back(env.substr(at, end - at));
+      at = end + 1;
+    }
+    auto has = [&](const std::string& v) { return std::find(vars.begin(), vars.end(), v) != vars.end(); };
+    if (!has(marker) || !has(rankVar)) continue;
+    std::set<std::string> inodes;
+    std::error_code ec;
+    for (const auto& fd : std::filesystem::directory_iterator(e.path() / "fd", ec)) {
+      std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+      if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+    std::ifstream tcp("/proc/net/tcp");
+    std::string line;
+    std::getline(tcp, line);
+    while (std::getline(tcp, line)) {
+      std::istringstream in(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      in >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode))
+        ports.push_back(int(std::stoul(local.substr(local.find(':') + 1), nullptr, 16)));
+    }
+  }
+  return ports;
+}
+
 const int kRemoteError = chorusRemoteError, kInvalidUsage = chorusInvalidUsage;
 
 // A survivor must name the rank that died. The failure mode this guards against: rank A fails because rank D
@@ -363,6 +405,22 @@ TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
   int quitter = connectLocal(port);
   if (quitter >= 0) close(quitter);
 
+  // 5. the same at rank 0's transport ports while it waits for the others (it has no lower rank to accept from,
+  // so they wait in its listener's backlog until the communicator is formed and the listener closes)
+  std::vector<int> transportStrangers;
+  for (int tport : listeningPortsOf("CHORUS_ROOT=127.0.0.1:" + std::to_string(port), "CHORUS_RANK=0")) {
+    if (tport == port) continue;
+    for (int k = 0; k < 3; ++k) {
+      int fd = connectLocal(tport);
+      if (fd < 0) continue;
+      if (k == 0) sendAll(fd, bytes.data(), bytes.size());                    // random bytes
+      if (k == 1) sendAll(fd, &hugeLen, sizeof hugeLen);                      // an oversized length
+      if (k == 2) sendAll(fd, bytes.data(), 20);                              // a partial Hello, then silence
+      transportStrangers.push_back(fd);
+    }
+  }
+  EXPECT_FALSE(transportStrangers.empty()) << "rank 0 had no transport port to reach";
+
   // The root must drop the malformed and the wrong-secret connection promptly (and never answer them).
   EXPECT_TRUE(closedByPeer(huge, 2.0)) << "the root kept a connection that announced a 4 GiB frame";
   EXPECT_TRUE(closedByPeer(impostor, 2.0)) << "the root kept a connection with the wrong secret";
@@ -371,6 +429,7 @@ TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
 
   bool done = p.waitAllExited(60);
   close(silent), close(junk), close(huge), close(impostor), close(replayer), close(partial);
+  for (int fd : transportStrangers) close(fd);
   ASSERT_TRUE(done) << "chorusrun did not finish within 60 s\n" << p.dump();
   std::string out = p[0].output();
   EXPECT_EQ(p[0].exitCode(), 0) << out;

@@ -57,7 +57,8 @@ constexpr EnvSpec kEnvTable[] = {
      "colon list of folders searched first for transport plugins (libchorus-NAME.so), then the folder of "
      "libchorus.so and its chorus/ sub-folder"},
     {"CHORUS_ROOT", "string", "", "host:port of rank 0's bootstrap listener (chorusCommInitFromEnv)"},
-    {"CHORUS_SECRET", "string", "", "64-bit hex secret every connection must present (chorusCommInitFromEnv)"},
+    {"CHORUS_SECRET", "string", "", "64-bit hex secret every connection proves it knows, never sending it "
+     "(chorusCommInitFromEnv); unset: the default secret, which everyone knows"},
     {"CHORUS_RANK", "int", "", "this process's rank (else RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)"},
     {"CHORUS_NRANKS", "int", "",
      "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS)"},
