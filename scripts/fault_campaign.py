@@ -71,7 +71,7 @@ def parse(lines):
             d["done"] = True
         elif word == "left":
             fds, threads = rest.split()
-            d["fds"], d["threads"] = int(fds), int(threads)
+            d["left"], d["fds"], d["threads"] = True, int(fds), int(threads)
     return d
 
 
@@ -162,7 +162,10 @@ def run_one(i, kind, rng, worker, base):
             break
         time.sleep(0.05)
     if stopped is not None:
-        os.kill(stopped, signal.SIGKILL)
+        try:
+            os.kill(stopped, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # the cluster's teardown got there first
     try:
         cluster.wait(timeout=100)
     except subprocess.TimeoutExpired:

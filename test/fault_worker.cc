@@ -3,7 +3,8 @@
 // training step's buckets do) in lockstep until FAULT_ITERATIONS are done or a call fails.
 // FAULT_KIND=mismatch makes rank FAULT_RANK call Broadcast instead at iteration FAULT_AT; FAULT_KIND=skip makes it
 // skip that call. Writes to FAULT_OUT/rank-R.txt, one line each:
-//   ready <t_ns> <fds> <threads>      the communicator is formed (CLOCK_MONOTONIC, as the campaign reads it)
+//   ready <t_ns> <fds> <threads>      the communicator is formed (CLOCK_MONOTONIC, as the campaign reads
+//                                     it); fds and threads as they were before chorusCommInitFromEnv
 //   fault <t_ns>                      this rank made the wrong call (mismatch, skip)
 //   error <t_ns> <iteration> <rc> <text>   a call failed
 //   wrong <iteration>                 a result was wrong
@@ -51,7 +52,6 @@ int envInt(const char* name, int fallback) {
 
 int main() {
   signal(SIGTERM, SIG_IGN);
-  const int fds0 = entries("/proc/self/fd"), threads0 = entries("/proc/self/task");
   const int iterations = envInt("FAULT_ITERATIONS", 1000000);
   const std::string kind = std::getenv("FAULT_KIND") ? std::getenv("FAULT_KIND") : "";
   const int faultRank = envInt("FAULT_RANK", -1), faultAt = envInt("FAULT_AT", -1);
@@ -60,6 +60,7 @@ int main() {
   FILE* f = std::fopen(out.c_str(), "w");
   if (f == nullptr) return 2;
   setvbuf(f, nullptr, _IOLBF, 0);
+  const int fds0 = entries("/proc/self/fd"), threads0 = entries("/proc/self/task");  // before the library runs
   chorusComm_t comm = nullptr;
   if (chorusCommInitFromEnv(&comm) != chorusSuccess) {
     std::fprintf(f, "error %lld -1 %d init: %s\n", (long long)nowNs(), 1, chorusGetLastError(nullptr));

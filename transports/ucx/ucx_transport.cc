@@ -590,19 +590,6 @@ class UcxTransport final : public Transport {
           "run the same Chorus build?)", self(), describe(op.tag), op.peer->name, length);
   }
 
-  // `text`: the bytes that followed c (an Abort's reason), which its seal covers.
-  std::string controlProblem(const Control& c, int peer, const std::string& text) {
-    // helloProblem() expects Hellos from lower ranks only; here both sides send one.
-    if (c.magic != kControlMagic) return "bad magic (not a Chorus peer)";
-    if (c.version != kWireVersion)
-      return fmt::format("wire version {} (this rank speaks {})", c.version, kWireVersion);
-    if (c.commId != setup_.commId) return "it belongs to another communicator";
-    if (!sealed(c, setup_, text.data(), text.size())) return "wrong secret (its proof does not match)";
-    if (c.fromRank != peer || c.toRank != setup_.rank)
-      return fmt::format("unexpected ranks {} -> {}", c.fromRank, c.toRank);
-    if (!seenControl_.insert(c.seal.nonce).second) return "a replayed control message (its nonce was seen before)";
-    return "";
-  }
   std::set<auth::Nonce> seenControl_;
 
   void onControl(Op& op, const Part& part) {
@@ -620,7 +607,10 @@ class UcxTransport final : public Transport {
     std::memcpy(&c, op.bounce.get(), sizeof c);
     const std::string text(reinterpret_cast<const char*>(op.bounce.get() + sizeof c),
                            std::min<size_t>({c.textLen, part.length - sizeof c, kMaxAbortText}));
-    if (std::string problem = controlProblem(c, p.rank, text); !problem.empty()) {
+    std::string problem = ucx::controlProblem(c, p.rank, text, setup_);
+    if (problem.empty() && !seenControl_.insert(c.seal.nonce).second)
+      problem = "a replayed control message (its nonce was seen before)";
+    if (!problem.empty()) {
       op.failed = true;
       return fault(c.magic == kControlMagic ? chorusInvalidUsage : chorusRemoteError,
                    "{}: the ucx connection with {} is not one of this communicator's: {}", self(), p.name, problem);

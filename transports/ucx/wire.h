@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "transports/handshake.h"
 
@@ -45,5 +46,19 @@ struct Control {
   Seal seal;
 };
 static_assert(sizeof(Control) == 88);
+
+// The checks of a control message from `peer` (both sides send a Hello, so not helloProblem's): "" to keep it.
+// `text`: the bytes that followed it (an Abort's reason), which its seal covers. A replay passes; the transport
+// refuses a nonce it has seen.
+inline std::string controlProblem(const Control& c, int peer, const std::string& text, const Setup& setup) {
+  if (c.magic != kControlMagic) return "bad magic (not a Chorus peer)";
+  if (c.version != kWireVersion)
+    return "wire version " + std::to_string(c.version) + " (this rank speaks " + std::to_string(kWireVersion) + ")";
+  if (c.commId != setup.commId) return "it belongs to another communicator";
+  if (!sealed(c, setup, text.data(), text.size())) return "wrong secret (its proof does not match)";
+  if (c.fromRank != peer || c.toRank != setup.rank)
+    return "unexpected ranks " + std::to_string(c.fromRank) + " -> " + std::to_string(c.toRank);
+  return "";
+}
 
 }  // namespace chorus::transport::ucx
