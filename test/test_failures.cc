@@ -44,6 +44,7 @@
 
 #include "chorus/chorus.h"
 #include "lib/base/auth.h"
+#include "test/ports.h"
 #include "test/procs.h"
 #include "test/watchdog.h"
 
@@ -229,42 +230,18 @@ bool closedByPeer(int fd, double seconds) {
   return false;
 }
 
-// The TCP ports a process of this job listens on (its socket inodes against /proc/net/tcp's LISTEN entries): the
-// process is found by its environment, `marker` in it.
-std::vector<int> listeningPortsOf(const std::string& marker, const std::string& rankVar) {
-  std::vector<int> ports;
+// The TCP ports the process of this job whose environment holds `marker` and `rankVar` listens on.
+std::set<uint16_t> listeningPortsOf(const std::string& marker, const std::string& rankVar) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string pid = e.path().filename();
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream envf(e.path() / "environ");
     std::string env((std::istreambuf_iterator<char>(envf)), std::istreambuf_iterator<char>());
-    std::vector<std::string> vars;
-    for (size_t at = 0; at < env.size();) {
-      size_t end = env.find('\0', at);
-      if (end == std::string::npos) end = env.size();
-      vars.push_back(env.substr(at, end - at));
-      at = end + 1;
-    }
-    auto has = [&](const std::string& v) { return std::find(vars.begin(), vars.end(), v) != vars.end(); };
-    if (!has(marker) || !has(rankVar)) continue;
-    std::set<std::string> inodes;
-    std::error_code ec;
-    for (const auto& fd : std::filesystem::directory_iterator(e.path() / "fd", ec)) {
-      std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
-      if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
-    }
-    std::ifstream tcp("/proc/net/tcp");
-    std::string line;
-    std::getline(tcp, line);
-    while (std::getline(tcp, line)) {
-      std::istringstream in(line);
-      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
-      in >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
-      if (state == "0A" && inodes.count(inode))
-        ports.push_back(int(std::stoul(local.substr(local.find(':') + 1), nullptr, 16)));
-    }
+    const std::string nul(1, '\0');
+    auto has = [&](const std::string& v) { return (nul + env + nul).find(nul + v + nul) != std::string::npos; };
+    if (has(marker) && has(rankVar)) return chorus::test::listeningPorts(e.path());
   }
-  return ports;
+  return {};
 }
 
 const int kRemoteError = chorusRemoteError, kInvalidUsage = chorusInvalidUsage;
@@ -408,7 +385,7 @@ TEST(Failures, GarbageAndWrongSecretAtTheRootWhileACommunicatorForms) {
   // 5. the same at rank 0's transport ports while it waits for the others (it has no lower rank to accept from,
   // so they wait in its listener's backlog until the communicator is formed and the listener closes)
   std::vector<int> transportStrangers;
-  for (int tport : listeningPortsOf("CHORUS_ROOT=127.0.0.1:" + std::to_string(port), "CHORUS_RANK=0")) {
+  for (uint16_t tport : listeningPortsOf("CHORUS_ROOT=127.0.0.1:" + std::to_string(port), "CHORUS_RANK=0")) {
     if (tport == port) continue;
     for (int k = 0; k < 3; ++k) {
       int fd = connectLocal(tport);

@@ -26,6 +26,7 @@
 #include "lib/base/error.h"
 #include "lib/base/socket.h"
 #include "test/comms.h"
+#include "test/ports.h"
 #include "test/shell.h"
 #include "test/watchdog.h"
 #include "transports/handshake.h"
@@ -354,29 +355,7 @@ int sendJunkTo(uint16_t port) {
   return fd;
 }
 
-// The TCP ports this process listens on (from /proc/net/tcp and this process's socket inodes).
-std::set<uint16_t> listeningPorts() {
-  std::set<std::string> inodes;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    std::string target = std::filesystem::read_symlink(e.path(), ec).string();
-    if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
-  }
-  std::set<uint16_t> ports;
-  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream f(file);
-    std::string line;
-    std::getline(f, line);
-    while (std::getline(f, line)) {
-      std::istringstream in(line);
-      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
-      in >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
-      if (state == "0A" && inodes.count(inode))  // LISTEN
-        ports.insert(static_cast<uint16_t>(std::stoul(local.substr(local.find(':') + 1), nullptr, 16)));
-    }
-  }
-  return ports;
-}
+using chorus::test::listeningPorts;
 
 // Device memory asked for where no device runtime can run (this machine: no GPU driver): the caller learns why, in
 // the CUDA plugin's own words when it was built, and nothing is allocated.
