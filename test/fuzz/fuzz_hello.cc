@@ -1,6 +1,6 @@
 // libFuzzer target: the transports' connection handshakes (the TCP and shared-memory Hellos, UCX's control
-// messages with their text) as the receiving side checks them, and the state a heartbeat reports (Note
-// [Liveness]). The first byte picks which and whether the harness seals it with the communicator's key (a peer
+// messages with their text) as the receiving side checks them, UCX's message header as a receive reads it (the
+// tag it carries, described in the error of a mismatch), and the state a heartbeat reports (Note [Liveness]). The first byte picks which and whether the harness seals it with the communicator's key (a peer
 // that knows the secret can send any fields behind a valid seal; a stranger cannot get past it).
 #include <cstring>
 
@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const bool sealIt = data[0] & 4;
   chorus::fuzz::refusedOrParsed([&] {
-    switch (data[0] % 4) {
+    switch (data[0] % 5) {
       case 0: check<shm::Hello>(data + 1, size - 1, sealIt, shm::kHelloMagic, shm::kWireVersion, setup); break;
       case 1: check<tcp::Hello>(data + 1, size - 1, sealIt, tcp::kHelloMagic, tcp::kWireVersion, setup); break;
       case 2: {
@@ -54,6 +54,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         uint64_t v = 0;
         std::memcpy(&v, data + 1, std::min(size - 1, sizeof v));
         (void)chorus::Activity::unpack(v).describe();
+        break;
+      }
+      case 4: {
+        ucx::WireHeader h{};
+        std::memcpy(&h, data + 1, std::min(size - 1, sizeof h));
+        (void)chorus::describe(chorus::tagOf(h));
         break;
       }
     }
