@@ -11,10 +11,11 @@ random rank:
   mismatch  the rank calls Broadcast       every rank within 2 s of the wrong call
   skip      the rank skips one AllReduce   every rank within 2 s of the skip
 
-For each run it records whether every rank returned (a rank that is still in a call when the bound has passed, or
-that ends by chorusTimeout, is a hang; scripts/chorus_hang.py then reads the flight-recorder dumps and must name
-the faulty rank), the errors, how long after the fault, wrong results, and leftovers: each surviving process's
-file descriptors and threads after chorusCommAbort against before chorusCommInitFromEnv, and /dev/shm entries.
+For each run it records whether every rank returned (one still in a call CHORUS_TIMEOUT (15 s here) + 5 s after
+its bound is a hang; one that returned only by chorusTimeout is a late detection; for both scripts/chorus_hang.py
+reads the flight-recorder dumps and must name the faulty rank), the errors, how long after the fault, wrong
+results, and leftovers: each surviving process's file descriptors and threads after chorusCommAbort against before
+chorusCommInitFromEnv, and /dev/shm entries.
 
 Usage (root): scripts/fault_campaign.py [--injections N] [--seed S] [--kinds kill,stop,...] [--worker PATH]
 Prints one line per injection and a table per kind; exits 1 on any hang, leak, wrong result or missed bound.
@@ -174,15 +175,17 @@ def run_one(i, kind, rng, worker, base):
     ds = {r: parse(read_rank(out, r)) for r in range(RANKS)}
     if kind in ("mismatch", "skip"):
         injected = ds[victim].get("fault")
-    result = {"kind": kind, "victim": victim, "hang": False, "wrong": False, "leak": [], "missed": False,
-              "detect": None, "note": note, "culprit": None}
+    result = {"kind": kind, "victim": victim, "hang": False, "timeout": False, "wrong": False, "leak": [],
+              "missed": False, "detect": None, "note": note, "culprit": None}
     result["wrong"] = any(d.get("wrong") for d in ds.values())
     latest = 0.0
     for r in expect:
         d = ds[r]
-        if "error" not in d or d.get("rc") == 8 or injected is None:  # 8: chorusTimeout
+        if "error" not in d or injected is None:
             result["hang"] = True
             continue
+        if d.get("rc") == 8:  # chorusTimeout: returned, but only when CHORUS_TIMEOUT ran out
+            result["timeout"] = True
         s = (d["error"] - injected) / 1e9
         latest = max(latest, s)
         if s > bound:
@@ -192,7 +195,7 @@ def run_one(i, kind, rng, worker, base):
         if result["missed"]:
             result["note"] = "; ".join(f"rank {r}: {ds[r].get('text', 'no result')}" for r in range(RANKS)
                                        if not ds[r].get("done"))[:300]
-    elif not result["hang"]:
+    elif not result["hang"] and not result["timeout"]:
         result["detect"] = latest
     for r in range(RANKS):
         d = ds[r]
@@ -200,7 +203,7 @@ def run_one(i, kind, rng, worker, base):
             result["leak"].append(f"rank {r}: fds {d['fds0']}->{d['fds']}, threads {d['threads0']}->{d['threads']}")
     if shm_entries() != shm0:
         result["leak"].append(f"/dev/shm {shm0}->{shm_entries()}")
-    if result["hang"]:
+    if result["hang"] or result["timeout"]:
         stderr = [os.path.join(out, f"stderr-{r}.txt") for r in range(RANKS)]
         said = subprocess.run([sys.executable, os.path.join(HERE, "chorus_hang.py")] +
                               [p for p in stderr if os.path.exists(p)], capture_output=True, text=True).stdout
@@ -237,14 +240,14 @@ def main():
         r = run_one(i, kind, rng, a.worker, base)
         results.append(r)
         det = "-" if r["detect"] is None else f"{r['detect'] * 1000:.0f} ms"
-        flags = [w for w, on in (("HANG", r["hang"]), ("WRONG", r["wrong"]), ("LEAK", r["leak"]),
+        flags = [w for w, on in (("HANG", r["hang"]), ("TIMEOUT", r["timeout"]), ("WRONG", r["wrong"]), ("LEAK", r["leak"]),
                                  ("MISSED BOUND", r["missed"])) if on]
         culprit = "" if r["culprit"] is None else (" culprit named" if r["culprit"] else " CULPRIT NOT NAMED")
         print(f"{i:4d} {kind:9s} rank {r['victim']}: detected {det:>8s} {' '.join(flags)}{culprit} "
               f"{r['error'][:110]} {r['note']} {'; '.join(r['leak'])}", flush=True)
     print()
     print(f"{'kind':9s} {'runs':>5s} {'median_ms':>10s} {'max_ms':>8s} {'bound_ms':>9s} {'hangs':>6s} "
-          f"{'named':>6s} {'missed':>7s} {'leaks':>6s} {'wrong':>6s}")
+          f"{'timeouts':>9s} {'named':>6s} {'missed':>7s} {'leaks':>6s} {'wrong':>6s}")
     bad = 0
     for k in kinds:
         rs = [r for r in results if r["kind"] == k]
@@ -252,7 +255,8 @@ def main():
             continue
         dets = [r["detect"] * 1000 for r in rs if r["detect"] is not None]
         hangs = sum(r["hang"] for r in rs)
-        named = sum(bool(r["culprit"]) for r in rs if r["hang"])
+        timeouts = sum(r["timeout"] and not r["hang"] for r in rs)
+        named = sum(bool(r["culprit"]) for r in rs if r["hang"] or r["timeout"])
         missed = sum(r["missed"] for r in rs)
         leaks = sum(bool(r["leak"]) for r in rs)
         wrong = sum(r["wrong"] for r in rs)
@@ -260,9 +264,10 @@ def main():
         med = f"{statistics.median(dets):.0f}" if dets else "-"
         mx = f"{max(dets):.0f}" if dets else "-"
         bnd = f"{BOUNDS[k] * 1000:.0f}" if k in BOUNDS else "no fail"
-        print(f"{k:9s} {len(rs):5d} {med:>10s} {mx:>8s} {bnd:>9s} {hangs:6d} {named:6d} {missed:7d} {leaks:6d} "
-              f"{wrong:6d}")
-    print(f"fault_campaign: {len(results)} injections: {bad} with a hang, a missed bound, a leak or a wrong result")
+        print(f"{k:9s} {len(rs):5d} {med:>10s} {mx:>8s} {bnd:>9s} {hangs:6d} {timeouts:9d} {named:6d} {missed:7d} "
+              f"{leaks:6d} {wrong:6d}")
+    print(f"fault_campaign: {len(results)} injections: {bad} with a hang, a missed bound (a late detection by "
+          f"CHORUS_TIMEOUT is one), a leak or a wrong result")
     if a.keep:
         print(f"fault_campaign: files in {base}")
     else:

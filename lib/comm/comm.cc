@@ -517,7 +517,7 @@ void Comm::startLiveness(const std::vector<RankInfo>& ranks) {
   for (const RankInfo& r : ranks) members.push_back({peer(r.rank).name(), r.heartbeat});
   liveness_ = std::make_unique<Liveness>(std::move(heartbeatSocket_), Liveness::Identity{rank(), setup_.commId,
                                          setup_.secret}, std::move(members), config_.peerTimeoutSec, &activity_,
-                                         [this](const std::string& why) { failFromOutside(chorusRemoteError, why); });
+                                         [this](chorusResult_t code, const std::string& why) { failFromOutside(code, why); });
 }
 
 void Comm::failFromOutside(chorusResult_t code, const std::string& text) {

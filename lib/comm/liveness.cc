@@ -150,6 +150,7 @@ void Liveness::receive() {
     lastCounter_[from] = d.counter;
     lastHeard_[from] = Clock::now();
     lastState_[from] = d.fromState;
+    checkSameCall(from, Activity::unpack(d.fromState));
     if (d.type == kGoodbye) gone_[from] = true;
     if (d.type != kNotice || silent_ >= 0 || d.about < 0 || d.about >= n) continue;
     silent_ = d.about;
@@ -169,9 +170,23 @@ void Liveness::receive() {
   }
 }
 
+// Call numbers count a communicator's collectives alike on every rank (Send/Recv count per pair, and are left out):
+// two ranks in the same call number must be in the same collective.
+void Liveness::checkSameCall(size_t from, const Activity& theirs) {
+  auto collective = [](OpKind k) { return k != OpKind::None && k != OpKind::Send && k != OpKind::Tagged; };
+  const Activity mine = Activity::unpack(activity_->load(std::memory_order_relaxed));
+  if (mismatched_ || silent_ >= 0 || !theirs.running || !mine.running || theirs.seq != mine.seq ||
+      theirs.kind == mine.kind || !collective(theirs.kind) || !collective(mine.kind))
+    return;
+  mismatched_ = true;
+  onSilent_(chorusInvalidUsage, fmt::format("mismatched calls: {} is {} but {} is {} (its heartbeat says)",
+                                            members_[static_cast<size_t>(me_.rank)].name, mine.describe(),
+                                            members_[from].name, theirs.describe()));
+}
+
 void Liveness::declare(int silent, const std::string& why) {
   silent_ = silent;
-  onSilent_(why);
+  onSilent_(chorusRemoteError, why);
   const int n = static_cast<int>(members_.size());
   for (int r = 0; r < n; ++r)
     if (r != me_.rank) send(r, kNotice, silent_, silentState_, silentMs_);

@@ -9,7 +9,9 @@
 // rank that destroys its communicator says goodbye, so that its watchers do not take a normal exit for silence.
 // Datagrams carry the communicator's id and a MAC keyed by its secret; anything else is dropped. A watched rank
 // never heard from at all is taken for a network that blocks UDP, not for a stopped peer: it is logged and left
-// unwatched (CHORUS_PEER_TIMEOUT=0 turns heartbeats off).
+// unwatched (CHORUS_PEER_TIMEOUT=0 turns heartbeats off). Heartbeats also catch mismatched calls that no
+// message would: a rank whose watched peer reports being in another collective of the same call number (a
+// Broadcast where it runs an AllReduce whose algorithm never receives from that peer) fails within a period.
 //
 // Why 30 s by default: longer than the stalls a healthy job sees (a swap storm, a VM paused for migration, a
 // loaded host starving a thread for seconds), far below CHORUS_TIMEOUT's 600 s, and on the order of what users of
@@ -52,7 +54,7 @@ class Liveness {
     uint64_t secret = 0;
   };
   // Called once, on the liveness thread, with the error that fails the communicator.
-  using OnSilent = std::function<void(const std::string& why)>;
+  using OnSilent = std::function<void(chorusResult_t code, const std::string& why)>;
 
   // A UDP socket on the interface CHORUS_SOCKET_IFNAME selects; `address` gets its sockaddr for the bootstrap.
   static Fd openSocket(const std::string& ifnameSpec, std::vector<uint8_t>* address);
@@ -80,6 +82,7 @@ class Liveness {
   double timeoutSec_;
   const std::atomic<uint64_t>* activity_;
   OnSilent onSilent_;
+  void checkSameCall(size_t from, const Activity& theirs);
   uint8_t key_[32] = {};
   uint64_t counter_ = 0;
   std::vector<uint64_t> lastCounter_;  // per sender: datagrams at or below it are replays
@@ -88,6 +91,7 @@ class Liveness {
   std::vector<bool> gone_;             // said goodbye (or never heard from: not watched)
   std::vector<bool> heard_;            // at least one heartbeat arrived
   int silent_ = -1;                    // declared (by us or a notice)
+  bool mismatched_ = false;            // a heartbeat showed a peer in another collective of the same call
   Activity silentState_;
   uint32_t silentMs_ = 0;
   std::thread thread_;
