@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "test/comms.h"
 #include "test/procs.h"
 #include "test/shell.h"
 #include "test/watchdog.h"
@@ -413,6 +414,34 @@ TEST(Liveness, NoFalseAlarmWithEightRanksOnLoadedCores) {
     ASSERT_FALSE(done.empty()) << "rank " << r << "\n" << job.procs.dump();
     EXPECT_EQ(std::atoi(done.c_str()), chorusSuccess) << "rank " << r << ": " << done;
   }
+}
+
+// A rank in Broadcast #k while the others are in AllReduce #k: every rank fails with chorusInvalidUsage naming the
+// mismatch within seconds, not at CHORUS_TIMEOUT (120 s here). In one process the AllReduce is direct and a message
+// reveals it; across hosts, where recursive doubling gives the Broadcast's rank nothing to compare, the heartbeats
+// do (Note [Liveness]): that path is the fault campaign's 'mismatch' kind (the fault_campaign test).
+TEST(Liveness, AMismatchedCollectiveFailsEveryRankPromptly) {
+  Watchdog dog(60);
+  chorus::test::EnvGuard env;
+  env.set("CHORUS_PEER_TIMEOUT", "2");
+  auto comms = chorus::test::makeComms(4);
+  std::vector<chorusResult_t> rc(4, chorusSuccess);
+  std::vector<std::string> text(4);
+  const int64_t t0 = monoNs();
+  chorus::test::onAll(comms, [&](int r, chorusComm_t c) {
+    std::vector<int32_t> v(1000, r);
+    rc[r] = r == 2 ? chorusBroadcast(v.data(), v.data(), v.size(), chorusInt32, 0, c, nullptr)
+                   : chorusAllReduce(v.data(), v.data(), v.size(), chorusInt32, chorusSum, c, nullptr);
+    text[r] = chorusGetLastError(c);
+  });
+  EXPECT_LT(secondsSince(t0), 10.0);
+  bool named = false;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(rc[r], chorusInvalidUsage) << "rank " << r << ": " << text[r];
+    named |= text[r].find("mismatched calls") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << text[0];
+  for (chorusComm_t c : comms) chorusCommAbort(c);
 }
 
 }  // namespace
