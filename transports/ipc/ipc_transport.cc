@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "lib/base/auth.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/socket.h"
@@ -202,9 +203,13 @@ class IpcTransport final : public DeviceTransport {
 
   const PeerInfo& self() const { return setup_.peers[setup_.rank]; }
 
+  // Unpredictable without the secret (a local stranger cannot take the name first), and revealing nothing of it:
+  // /dev/shm's names are visible to every local user.
   std::string pageName(int lo, int hi) const {
-    return fmt::format("/chorus-ipc-{:016x}-{:016x}-{}-{}", setup_.secret ^ 0x9e3779b97f4a7c15ULL, setup_.commId, lo,
-                       hi);
+    const auth::Key k = auth::derive(setup_.secret, "chorus ipc page name", setup_.commId);
+    uint64_t tag;
+    std::memcpy(&tag, k.data(), sizeof tag);
+    return fmt::format("/chorus-ipc-{:016x}-{:016x}-{}-{}", tag, setup_.commId, lo, hi);
   }
 
   void attach(int peer, std::shared_ptr<PageMapping> page, int side) {
