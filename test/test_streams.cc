@@ -201,4 +201,71 @@ TEST(Helping, ATaggedReceivePostedByAHelperIsDrivenToTheEnd) {
   EXPECT_TRUE(errors.empty()) << joined(errors);
 }
 
+// Note [Deferred wake]: an operation queued alone while the worker rests does not wake it. Nobody on rank 0 waits for
+// or polls its operation here (the thread waits on a flag that rank 1 sets after its blocking call, which needs
+// rank 0's operation): the resting worker still starts it, every round.
+TEST(DeferredWake, AnOperationNobodyWaitsForStillRuns) {
+  std::atomic<int> finished{-1};
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    chorusStream_t s = nullptr;
+    check(chorusStreamCreate(comm, &s), comm, "stream create");
+    for (int round = 0; round < 300; ++round) {
+      std::vector<int32_t> v(1 + round % 5, r + round);
+      if (r == 0) {
+        check(chorusAllReduce(v.data(), v.data(), v.size(), chorusInt32, chorusSum, comm, s), comm, "queued");
+        while (finished.load() < round) std::this_thread::sleep_for(std::chrono::microseconds(20));
+        check(chorusStreamSynchronize(s), comm, "synchronize");
+      } else {
+        check(chorusAllReduce(v.data(), v.data(), v.size(), chorusInt32, chorusSum, comm, nullptr), comm, "blocking");
+        finished.store(round);
+      }
+      if (v.back() != 1 + 2 * round)
+        throw std::runtime_error("round " + std::to_string(round) + ": got " + std::to_string(v.back()));
+    }
+    check(chorusStreamDestroy(s), comm, "stream destroy");
+  });
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+}
+
+// With a 10 s rest, only a wake starts rank 0's queued operations within the test's time: a query of the stream, a
+// second operation queued behind the first, and destroying the stream each wake the worker.
+TEST(DeferredWake, PollingASecondOperationOrDestroyingTheStreamWakeTheWorker) {
+  setenv("CHORUS_DEFER_US", "10000000", 1);
+  std::atomic<int> finished{-1};
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    for (int round = 0; round < 30; ++round) {
+      chorusStream_t s = nullptr;
+      check(chorusStreamCreate(comm, &s), comm, "stream create");
+      std::vector<int32_t> a(3, r + round), b(5, r);
+      const int how = round % 3;  // 0: query; 1: a second operation; 2: destroy
+      if (r == 0) {
+        check(chorusAllReduce(a.data(), a.data(), a.size(), chorusInt32, chorusSum, comm, s), comm, "first");
+        if (how == 0) {
+          chorusResult_t q;
+          while ((q = chorusStreamQuery(s)) == chorusInProgress) std::this_thread::sleep_for(std::chrono::microseconds(50));
+          check(q, comm, "query");
+        }
+        if (how == 1) {
+          check(chorusAllReduce(b.data(), b.data(), b.size(), chorusInt32, chorusSum, comm, s), comm, "second");
+          while (finished.load() < round) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      } else {
+        check(chorusAllReduce(a.data(), a.data(), a.size(), chorusInt32, chorusSum, comm, nullptr), comm, "first");
+        if (how == 1)
+          check(chorusAllReduce(b.data(), b.data(), b.size(), chorusInt32, chorusSum, comm, nullptr), comm, "second");
+        finished.store(round);
+      }
+      check(chorusStreamDestroy(s), comm, "stream destroy");
+      if (a[0] != 1 + 2 * round || (how == 1 && b[4] != 1))
+        throw std::runtime_error("round " + std::to_string(round) + ": got " + std::to_string(a[0]) + " and " +
+                                 std::to_string(b[4]));
+    }
+  });
+  unsetenv("CHORUS_DEFER_US");
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+  // A missed wake costs up to 10 s each; 30 rounds of small calls take milliseconds.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
+}
+
 }  // namespace

@@ -160,7 +160,7 @@ chorusResult_t submitTagged(chorusComm_t commHandle, const char* fn, chorusStrea
           stream->add();
           comm.tagged().post(std::move(*held));
         },
-        {stream});
+        {stream}, stream->device == nullptr ? Executor::Launch::kDefer : Executor::Launch::kWake);
   });
 }
 

@@ -13,12 +13,14 @@ void checkLive(chorusStream_t s) {
     fail(chorusInvalidUsage, "stream ({}) is not a live stream: it was destroyed or never created",
          static_cast<void*>(s));
 }
-// Runs the stream's queued work on this thread while its communicator is idle (Note [Helping]); a communicator
-// being destroyed or aborted is left to finish the work itself.
-void helpWith(chorusStream_t s) {
+// Runs the stream's queued work on this thread while its communicator is idle (Note [Helping]), or makes sure
+// its worker is awake (`wakeOnly`: a caller about to poll); a communicator being destroyed or aborted is left to
+// finish the work itself.
+void helpWith(chorusStream_t s, bool wakeOnly = false) {
   try {
     CallRef ref(static_cast<chorusComm_t>(s->comm), "the stream's communicator");
-    ref->executor().help([s] { return s->idle(); });
+    if (wakeOnly) ref->executor().wakeDeferred();
+    else ref->executor().help([s] { return s->idle(); });
   } catch (const Error&) {  // it went meanwhile
   }
 }
@@ -68,6 +70,7 @@ chorusResult_t chorusStreamQuery(chorusStream_t stream) {
     checkLive(stream);
     std::string msg;
     rc = stream->query(&msg);
+    if (rc == chorusInProgress) helpWith(stream, true);  // Note [Deferred wake]
     if (rc != chorusSuccess && rc != chorusInProgress) throw Error(rc, msg);
   });
   return api != chorusSuccess ? api : rc;
@@ -80,7 +83,7 @@ chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, vo
     CallRef ref(static_cast<chorusComm_t>(stream->comm), "the stream's communicator");
     std::vector<chorusStream*> streams{stream};
     ref->executor().enqueue(orderWithDevices(*ref, [fn, userData] { fn(userData); }, streams), streams,
-                            /*workerOnly=*/true);
+                            Executor::Launch::kWorkerOnly);
   });
 }
 
@@ -88,6 +91,7 @@ chorusResult_t chorusStreamDestroy(chorusStream_t stream) {
   return apiCall(nullptr, [&] {
     checkLive(stream);
     unregisterStream(stream);
+    if (!stream->idle()) helpWith(stream, true);
     std::string msg;
     stream->waitAll(&msg);
     delete stream;

@@ -73,7 +73,9 @@ std::unique_ptr<chorusStream> start(Comm& comm, std::span<const CollArgs> calls,
     waiter = std::make_unique<chorusStream>(&comm);
     live.push_back(waiter.get());
   }
-  comm.executor().enqueue(orderWithDevices(comm, makeTask(comm, calls), live), live);
+  const bool host = std::all_of(live.begin(), live.end(), [](chorusStream* s) { return s->device == nullptr; });
+  comm.executor().enqueue(orderWithDevices(comm, makeTask(comm, calls), live), live,
+                          !blocking && host ? Executor::Launch::kDefer : Executor::Launch::kWake);
   return waiter;
 }
 

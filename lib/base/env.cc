@@ -29,6 +29,9 @@ constexpr EnvSpec kEnvTable[] = {
      "default 50, or 0 when this host runs more ranks than it has cores"},
     {"CHORUS_YIELD_US", "int", "200",
      "microseconds a waiting rank then polls between sched_yield calls before it sleeps (0..100000)"},
+    {"CHORUS_DEFER_US", "int", "1000",
+     "microseconds an operation queued on a host stream may wait for the thread that synchronizes it to run it "
+     "itself before the communicator's worker starts it (0..10000000; 0: the worker is woken at once)"},
     {"CHORUS_TIMEOUT", "int", "600", "seconds an operation may make no progress before chorusTimeout (1..)"},
     {"CHORUS_INIT_TIMEOUT", "int", "120", "seconds communicator creation may take before chorusTimeout (1..)"},
     {"CHORUS_PEER_TIMEOUT", "int", "30",
@@ -193,6 +196,7 @@ Config Config::fromEnv() {
     c.chunkBytes = chunk;
   }
   c.yieldUs = static_cast<int>(envInt("CHORUS_YIELD_US", 0, 100000));
+  c.deferUs = static_cast<int>(envInt("CHORUS_DEFER_US", 0, 10000000));
   if (!envValue("CHORUS_SPIN_US").empty()) c.spinUs = static_cast<int>(envInt("CHORUS_SPIN_US", 0, 100000));
   c.timeoutSec = static_cast<double>(envInt("CHORUS_TIMEOUT", 1, 1LL << 31));
   c.initTimeoutSec = static_cast<double>(envInt("CHORUS_INIT_TIMEOUT", 1, 1LL << 31));

@@ -45,6 +45,7 @@ struct Config {
   size_t chunkBytes = 0;  // CHORUS_CHUNK_BYTES; 0: chosen at init from the transports' traits (Comm::chooseChunk)
   int spinUs = -1;  // -1: chosen at init from ranks per host and cores (Comm::chooseSpin)
   int yieldUs = 200;
+  int deferUs = 1000;  // CHORUS_DEFER_US (Note [Deferred wake] in lib/comm/executor.cc); 0: never deferred
   double timeoutSec = 600;
   double initTimeoutSec = 120;
   double peerTimeoutSec = 30;  // CHORUS_PEER_TIMEOUT (Note [Liveness] in lib/comm/liveness.h); 0: off

@@ -35,12 +35,17 @@ class Executor {
 
   // Runs fn after all earlier work and returns when it is done; rethrows its chorus::Error.
   void runBlocking(FunctionRef<void()> fn);
-  // Queues fn and returns; each stream counts it as pending until it finishes. A host function (`workerOnly`)
-  // runs on the worker, never on a helping thread.
-  void enqueue(Fn fn, std::vector<chorusStream*> streams, bool workerOnly = false);
+  // How a queued operation reaches the worker. kWake: the worker is woken for it. kDefer: a resting worker is not
+  // (Note [Deferred wake]); only for work on host streams that nobody waits for without telling the executor (a
+  // synchronize, a query). kWorkerOnly: a host function, woken for, and run on the worker, never on a helping thread.
+  enum class Launch { kWake, kDefer, kWorkerOnly };
+  // Queues fn and returns; each stream counts it as pending until it finishes.
+  void enqueue(Fn fn, std::vector<chorusStream*> streams, Launch launch = Launch::kWake);
   // Note [Helping]: unless `done`, runs the queued operation on the calling thread if it is the only one, the
-  // executor is idle, the worker parked, and it is not a host function.
+  // executor is idle, the worker parked, and it is not a host function. Otherwise wakes a deferred worker.
   void help(FunctionRef<bool()> done);
+  // For a thread about to wait for queued work or poll it: wakes the worker if its wake was deferred.
+  void wakeDeferred();
   // Waits until every queued operation has finished.
   void drain();
   // Ends the worker once the queue is empty; no tagged traffic is driven afterwards.
@@ -57,6 +62,7 @@ class Executor {
   void report(const Error& e, chorusResult_t* rc, std::string* msg);  // a failed operation
   void releaseInline();  // after an operation ran on the caller's thread
   void workerLoop();
+  void wakeDeferredLocked();  // with mu_ held
   // Runs the front task, whose busy_ the caller claimed; g is held on entry and on return. Notifies the waiters of
   // that task and drain()'s, and the worker when `wakeWorker`.
   void runFront(std::unique_lock<std::mutex>& g, bool wakeWorker);
@@ -73,6 +79,9 @@ class Executor {
   std::atomic<bool> driving_{false};      // the worker drives tagged traffic (busy_ is set too)
   std::atomic<bool> stop_{false};  // written under mu_; the driver reads it without
   bool workerParked_ = true;       // guarded by mu_: the worker (if started) waits for work
+  bool workerResting_ = false;     // guarded by mu_: it waits with a timeout (Note [Deferred wake])
+  int deferredSinceLook_ = 0;      // guarded by mu_: wakes deferred since the resting worker last looked
+  std::atomic<bool> deferred_{false};  // a queued operation's wake was deferred and nobody has taken it yet
   std::thread worker_;
 };
 
