@@ -6,11 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "lib/comm/comm.h"
 #include "test/ranks.h"
 
 using chorus::test::check;
@@ -201,16 +203,21 @@ TEST(Helping, ATaggedReceivePostedByAHelperIsDrivenToTheEnd) {
   EXPECT_TRUE(errors.empty()) << joined(errors);
 }
 
-// Note [Deferred wake]: an operation queued alone while the worker rests does not wake it. Nobody on rank 0 waits for
-// or polls its operation here (the thread waits on a flag that rank 1 sets after its blocking call, which needs
-// rank 0's operation): the resting worker still starts it, every round.
+// Note [Deferred wake]: a worker defers its wake for an operation queued alone while the thread that
+// synchronizes runs (or promptly waits for) the work; so each round first has rank 0 synchronize an operation at
+// once. Then nobody on rank 0 waits for or polls its next operation (the thread waits on a flag that rank 1 sets
+// after its blocking call, which needs rank 0's operation): the resting worker still starts it, every round.
 TEST(DeferredWake, AnOperationNobodyWaitsForStillRuns) {
   std::atomic<int> finished{-1};
+  uint64_t deferrals = 0;
   auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
     chorusStream_t s = nullptr;
     check(chorusStreamCreate(comm, &s), comm, "stream create");
     for (int round = 0; round < 300; ++round) {
-      std::vector<int32_t> v(1 + round % 5, r + round);
+      std::vector<int32_t> v(1 + round % 5, r + round), w(3, r);
+      check(chorusAllReduce(w.data(), w.data(), w.size(), chorusInt32, chorusSum, comm, r == 0 ? s : nullptr), comm,
+            "synchronized");
+      check(chorusStreamSynchronize(s), comm, "synchronize");
       if (r == 0) {
         check(chorusAllReduce(v.data(), v.data(), v.size(), chorusInt32, chorusSum, comm, s), comm, "queued");
         while (finished.load() < round) std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -219,25 +226,32 @@ TEST(DeferredWake, AnOperationNobodyWaitsForStillRuns) {
         check(chorusAllReduce(v.data(), v.data(), v.size(), chorusInt32, chorusSum, comm, nullptr), comm, "blocking");
         finished.store(round);
       }
-      if (v.back() != 1 + 2 * round)
+      if (v.back() != 1 + 2 * round || w[0] != 1)
         throw std::runtime_error("round " + std::to_string(round) + ": got " + std::to_string(v.back()));
     }
+    if (r == 0) deferrals = comm->executor().deferrals();
     check(chorusStreamDestroy(s), comm, "stream destroy");
   });
   EXPECT_TRUE(errors.empty()) << joined(errors);
+  EXPECT_GT(deferrals, 0u) << "no operation was deferred: the test did not exercise Note [Deferred wake]";
+  std::printf("deferred wakes on rank 0: %llu of 300\n", static_cast<unsigned long long>(deferrals));
 }
 
-// With a 10 s rest, only a wake starts rank 0's queued operations within the test's time: a query of the stream, a
+// With a 10 s rest, only a wake starts rank 0's deferred operations within the test's time: a query of the stream, a
 // second operation queued behind the first, and destroying the stream each wake the worker.
 TEST(DeferredWake, PollingASecondOperationOrDestroyingTheStreamWakeTheWorker) {
   setenv("CHORUS_DEFER_US", "10000000", 1);
   std::atomic<int> finished{-1};
+  uint64_t deferrals = 0;
   const auto start = std::chrono::steady_clock::now();
   auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
     for (int round = 0; round < 30; ++round) {
       chorusStream_t s = nullptr;
       check(chorusStreamCreate(comm, &s), comm, "stream create");
-      std::vector<int32_t> a(3, r + round), b(5, r);
+      std::vector<int32_t> a(3, r + round), b(5, r), w(2, r);
+      check(chorusAllReduce(w.data(), w.data(), w.size(), chorusInt32, chorusSum, comm, r == 0 ? s : nullptr), comm,
+            "synchronized");
+      check(chorusStreamSynchronize(s), comm, "synchronize");
       const int how = round % 3;  // 0: query; 1: a second operation; 2: destroy
       if (r == 0) {
         check(chorusAllReduce(a.data(), a.data(), a.size(), chorusInt32, chorusSum, comm, s), comm, "first");
@@ -257,13 +271,16 @@ TEST(DeferredWake, PollingASecondOperationOrDestroyingTheStreamWakeTheWorker) {
         finished.store(round);
       }
       check(chorusStreamDestroy(s), comm, "stream destroy");
-      if (a[0] != 1 + 2 * round || (how == 1 && b[4] != 1))
+      if (a[0] != 1 + 2 * round || (how == 1 && b[4] != 1) || w[0] != 1)
         throw std::runtime_error("round " + std::to_string(round) + ": got " + std::to_string(a[0]) + " and " +
                                  std::to_string(b[4]));
     }
+    if (r == 0) deferrals = comm->executor().deferrals();
   });
   unsetenv("CHORUS_DEFER_US");
   EXPECT_TRUE(errors.empty()) << joined(errors);
+  EXPECT_GT(deferrals, 0u) << "no operation was deferred: the test did not exercise Note [Deferred wake]";
+  std::printf("deferred wakes on rank 0: %llu of 30\n", static_cast<unsigned long long>(deferrals));
   // A missed wake costs up to 10 s each; 30 rounds of small calls take milliseconds.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
 }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -48,6 +49,8 @@ class Executor {
   void wakeDeferred();
   // Waits until every queued operation has finished.
   void drain();
+  // How many operations were queued without waking the worker (Note [Deferred wake]); for tests.
+  uint64_t deferrals() const { return deferrals_.load(); }
   // Ends the worker once the queue is empty; no tagged traffic is driven afterwards.
   void stop();
 
@@ -80,7 +83,9 @@ class Executor {
   std::atomic<bool> stop_{false};  // written under mu_; the driver reads it without
   bool workerParked_ = true;       // guarded by mu_: the worker (if started) waits for work
   bool workerResting_ = false;     // guarded by mu_: it waits with a timeout (Note [Deferred wake])
+  bool helperWaits_ = false;       // guarded by mu_: a synchronizing thread ran the last operation, or waited for it
   int deferredSinceLook_ = 0;      // guarded by mu_: wakes deferred since the resting worker last looked
+  std::atomic<uint64_t> deferrals_{0};
   std::atomic<bool> deferred_{false};  // a queued operation's wake was deferred and nobody has taken it yet
   std::thread worker_;
 };
