@@ -63,8 +63,8 @@ void halvingDoublingAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a)
   uint8_t* tmp = ctx.scratch(a.space, bytes, 2);
   if (!fold.foldIn(ctx, tag, a, out, tmp)) return;
 
-  // Each exchange travels in pieces of the pipeline chunk: over TCP, messages of 128K and up are much slower
-  // (lib/comm/comm.cc), and a received piece is reduced while the next one arrives.
+  // Each exchange travels in pieces of the pipeline chunk: over TCP a piece then fills whole segments (Note [Chunk
+  // and segments] in transports/tcp/tcp_transport.h), and a received piece is reduced while the next one arrives.
   const size_t piece = std::max<size_t>(es, ctx.chunkBytes(bytes) / es * es);
   int lo = 0, hi = p;  // blocks this rank is still responsible for
   for (int mask = p / 2; mask >= 1; mask /= 2) {

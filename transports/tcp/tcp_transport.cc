@@ -275,10 +275,10 @@ Descriptor descriptor() {
   d.preference = 30;
   d.origin = "built-in";
   d.env = kEnv;
-  // Measured over loopback on this project's 2-core machines (all_reduce_perf, 2 and 4 ranks); chunk: messages of
-  // 128 KiB and more run much slower over loopback than 96 KiB ones (busbw 1/16/64/256 MiB, 2 ranks: 96K chunks
-  // 3.5/3.2/3.5/3.1 GB/s, 128K 1.8/1.7/1.7/1.4, 1M 2.0/1.9/1.9/1.5).
-  d.traits = {10.0, 3.5, 35.0, 1.5, false, {{0, 96 * 1024}}};
+  // Latency and bandwidth measured over loopback on this project's 2-core machines; the chunk: Note [Chunk and
+  // segments] (tcp_transport.h).
+  static_assert(kChunkBytes + sizeof(WireHeader) <= 2 * kLoopbackSegmentBytes);
+  d.traits = {10.0, 3.5, 35.0, 1.5, false, {{0, kChunkBytes}}};
   d.canConnect = [](const PeerInfo&, const PeerInfo&) { return true; };
   d.create = [](const Setup& setup) -> std::unique_ptr<Transport> {
     return std::make_unique<TcpTransport>(setup, static_cast<int>(envInt("CHORUS_NSOCKS", 1, 16, kEnv)));
