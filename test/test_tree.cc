@@ -104,5 +104,8 @@ TEST(Tree, SimulatedLinkDeliversAtItsRate) {
   ASSERT_EQ(std::sscanf(r.output.c_str() + at, "received %ld bytes, %ld after the first read, in %lf ms", &got, &after, &ms), 3)
       << r.output;
   EXPECT_EQ(got, 204800);
-  EXPECT_GE(ms, after * 8 / 100e6 * 1e3) << r.output;
+  // The clock starts when the first read is back in Python, so a segment or two that arrived meanwhile count among
+  // the later bytes (ASan, once: 15.79 ms against a bound of 15.80); the burst this guards against takes ~1 ms.
+  const long slack = 2 * 1448;
+  EXPECT_GE(ms, (after - slack) * 8 / 100e6 * 1e3) << r.output;
 }
