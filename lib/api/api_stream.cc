@@ -13,16 +13,23 @@ void checkLive(chorusStream_t s) {
     fail(chorusInvalidUsage, "stream ({}) is not a live stream: it was destroyed or never created",
          static_cast<void*>(s));
 }
-// Runs the stream's queued work on this thread while its communicator is idle (Note [Helping]), or makes sure
-// its worker is awake (`wakeOnly`: a caller about to poll); a communicator being destroyed or aborted is left to
-// finish the work itself.
-void helpWith(chorusStream_t s, bool wakeOnly = false) {
+// Runs f on the executor of the stream's communicator; a communicator being destroyed or aborted is left alone
+// (it finishes the stream's work itself).
+template <typename F>
+void withExecutor(chorusStream_t s, F&& f) {
   try {
     CallRef ref(static_cast<chorusComm_t>(s->comm), "the stream's communicator");
-    if (wakeOnly) ref->executor().wakeDeferred();
-    else ref->executor().help([s] { return s->idle(); });
+    f(ref->executor());
   } catch (const Error&) {  // it went meanwhile
   }
+}
+// Runs the stream's queued work on this thread while its communicator is idle (Note [Helping]).
+void helpWith(chorusStream_t s) {
+  withExecutor(s, [s](Executor& e) { e.help([s] { return s->idle(); }); });
+}
+// For a caller about to poll the stream: its worker must be awake (Note [Deferred wake]).
+void wakeWorkerFor(chorusStream_t s) {
+  withExecutor(s, [](Executor& e) { e.wakeDeferred(); });
 }
 }  // namespace
 
@@ -70,7 +77,7 @@ chorusResult_t chorusStreamQuery(chorusStream_t stream) {
     checkLive(stream);
     std::string msg;
     rc = stream->query(&msg);
-    if (rc == chorusInProgress) helpWith(stream, true);  // Note [Deferred wake]
+    if (rc == chorusInProgress) wakeWorkerFor(stream);
     if (rc != chorusSuccess && rc != chorusInProgress) throw Error(rc, msg);
   });
   return api != chorusSuccess ? api : rc;
@@ -91,7 +98,7 @@ chorusResult_t chorusStreamDestroy(chorusStream_t stream) {
   return apiCall(nullptr, [&] {
     checkLive(stream);
     unregisterStream(stream);
-    if (!stream->idle()) helpWith(stream, true);
+    if (!stream->idle()) wakeWorkerFor(stream);
     std::string msg;
     stream->waitAll(&msg);
     delete stream;

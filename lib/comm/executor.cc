@@ -120,7 +120,7 @@ void Executor::enqueue(Fn fn, std::vector<chorusStream*> streams, Launch launch)
   const bool started = worker_.joinable();
   startWorker();
   if (launch == Launch::kDefer && started && helperWaits_ && workerResting_ && workerParked_ && queue_.size() == 1) {
-    ++deferredSinceLook_;
+    deferredSinceLook_ = true;
     deferrals_.fetch_add(1);
     deferred_.store(true);
   } else {
@@ -186,9 +186,9 @@ void Executor::workerLoop() {
         workerResting_ = rest.count() > 0;
         continue;
       }
-      deferredSinceLook_ = 0;
+      deferredSinceLook_ = false;
       if (!cv_.wait_for(g, rest, work)) {
-        if (deferredSinceLook_ == 0) workerResting_ = false;  // a quiet period: sleep until woken
+        if (!deferredSinceLook_) workerResting_ = false;  // a quiet period: sleep until woken
         continue;
       }
     }

@@ -84,7 +84,7 @@ class Executor {
   bool workerParked_ = true;       // guarded by mu_: the worker (if started) waits for work
   bool workerResting_ = false;     // guarded by mu_: it waits with a timeout (Note [Deferred wake])
   bool helperWaits_ = false;       // guarded by mu_: a synchronizing thread ran the last operation, or waited for it
-  int deferredSinceLook_ = 0;      // guarded by mu_: wakes deferred since the resting worker last looked
+  bool deferredSinceLook_ = false;  // guarded by mu_: a wake was deferred since the resting worker last looked
   std::atomic<uint64_t> deferrals_{0};
   std::atomic<bool> deferred_{false};  // a queued operation's wake was deferred and nobody has taken it yet
   std::thread worker_;
