@@ -147,7 +147,9 @@ Fd connectTo(const SockAddr& addr, Deadline deadline) {
     if (!fd) failErrno("socket");
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr.ss), addr.len) == 0) return fd;
     int e = errno;
-    if (e != ECONNREFUSED && e != ETIMEDOUT && e != EHOSTUNREACH && e != ENETUNREACH && e != EINTR) {
+    // ECONNRESET: the listener closed during the handshake (a rendezvous root that just finished, Note
+    // [Rendezvous]); like a listener not up yet, another may be by the next try.
+    if (e != ECONNREFUSED && e != ECONNRESET && e != ETIMEDOUT && e != EHOSTUNREACH && e != ENETUNREACH && e != EINTR) {
       errno = e;
       failErrno("connect to " + addr.str());
     }

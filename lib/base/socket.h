@@ -52,7 +52,7 @@ SockAddr findInterfaceAddress(const std::string& spec, std::string* ifname);
 Fd listenOn(const SockAddr& addr, SockAddr* bound);
 // Binds without listening: the port is reserved, and connections to it are refused until listen().
 Fd bindTo(const SockAddr& addr, SockAddr* bound);
-// Retries refused connections until the deadline (the listener may not be up yet).
+// Retries refused and reset connections until the deadline (the listener may not be up yet, or just closed).
 Fd connectTo(const SockAddr& addr, Deadline deadline);
 void setNonBlocking(int fd);
 void tuneDataSocket(int fd);  // TCP_NODELAY, keepalive and user timeout so a cut link surfaces as an error
