@@ -74,11 +74,15 @@ TEST(Split, BackToBackSplitsOfOneParentMeetTheRightRoots) {
   Watchdog wd;
   const int n = 6;
   auto comms = makeComms(n);
+  // A rank that fails leaves the others waiting for it until the creation timeout: one well inside the watchdog's
+  // bound makes the run report the first failure instead of a hang.
+  chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+  config.initTimeoutSec = 8;
   auto errs = onAll(comms, [&](int r, chorusComm_t c) {
     for (int round = 0; round < 10; ++round)
       for (int byRow : {1, 0}) {
         chorusComm_t sub = nullptr;
-        check(chorusCommSplit(c, byRow ? r / 3 : r % 3, r, &sub, nullptr), nullptr, "chorusCommSplit");
+        check(chorusCommSplit(c, byRow ? r / 3 : r % 3, r, &sub, &config), nullptr, "chorusCommSplit");
         int32_t v = r, want = 0;
         for (int q = 0; q < n; ++q)
           if (byRow ? q / 3 == r / 3 : q % 3 == r % 3) want += q;
