@@ -262,7 +262,7 @@ TEST(Boundary, AStandardExceptionOnTheWorkerReachesTheStreamAndTheCommunicator) 
   auto comms = makeComms(1);
   chorusStream_t s = nullptr;
   ASSERT_EQ(chorusStreamCreate(comms[0], &s), chorusSuccess);
-  comms[0]->executor().enqueue([] { throw std::logic_error("injected by the test"); }, {s});
+  comms[0]->executor().enqueue([] { throw std::logic_error("injected by the test"); }, std::span<chorusStream* const>(&s, 1));
   EXPECT_EQ(chorusStreamSynchronize(s), chorusInternalError);
   EXPECT_TRUE(contains(chorusGetLastError(nullptr), {"rank 0", "injected by the test"})) << chorusGetLastError(nullptr);
   chorusResult_t async = chorusSuccess;

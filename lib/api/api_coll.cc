@@ -154,13 +154,13 @@ chorusResult_t submitTagged(chorusComm_t commHandle, const char* fn, chorusStrea
     // The stream counts the operation from its posting (inside the queued task, so before the task's own count
     // ends) until it finishes; a task that never runs (the communicator failed first) reports through the task.
     op->onDone = [stream](chorusResult_t rc, const std::string& text) { stream->finish(rc, text); };
-    auto held = std::make_shared<std::unique_ptr<TaggedOp>>(std::move(op));
     comm.executor().enqueue(
-        [&comm, stream, held] {
+        [&comm, stream, op = std::move(op)]() mutable {
           stream->add();
-          comm.tagged().post(std::move(*held));
+          comm.tagged().post(std::move(op));
         },
-        {stream}, stream->device == nullptr ? Executor::Launch::kDefer : Executor::Launch::kWake);
+        std::span<chorusStream* const>(&stream, 1),
+        stream->device == nullptr ? Executor::Launch::kDefer : Executor::Launch::kWake);
   });
 }
 

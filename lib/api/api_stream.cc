@@ -88,7 +88,7 @@ chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, vo
     checkLive(stream);
     if (fn == nullptr) fail(chorusInvalidArgument, "fn is NULL");
     CallRef ref(static_cast<chorusComm_t>(stream->comm), "the stream's communicator");
-    std::vector<chorusStream*> streams{stream};
+    chorusStream* const streams[1] = {stream};
     ref->executor().enqueue(orderWithDevices(*ref, [fn, userData] { fn(userData); }, streams), streams,
                             Executor::Launch::kWorkerOnly);
   });

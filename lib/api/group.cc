@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <map>
 #include <memory>
 
@@ -42,8 +41,14 @@ void tagAndRun(Comm& comm, std::span<const CollArgs> calls) {
   runCalls(comm, tagged);
 }
 
-// An asynchronous task owns copies of its calls.
-std::function<void()> makeTask(Comm& comm, std::span<const CollArgs> calls) {
+// An asynchronous task owns copies of its calls; one call sits in the task itself (Note [Allocation-free
+// queueing]).
+Executor::Fn makeTask(Comm& comm, std::span<const CollArgs> calls) {
+  if (calls.size() == 1) {
+    auto one = [&comm, args = calls[0]] { tagAndRun(comm, std::span<const CollArgs>(&args, 1)); };
+    static_assert(Executor::Fn::fitsInline<decltype(one)>, "a queued call would allocate");
+    return one;
+  }
   return [&comm, owned = std::vector<CollArgs>(calls.begin(), calls.end())] { tagAndRun(comm, owned); };
 }
 
@@ -65,13 +70,17 @@ bool groupRecord(Comm* comm, const CollArgs& args, chorusStream_t stream) {
 std::unique_ptr<chorusStream> start(Comm& comm, std::span<const CollArgs> calls,
                                     std::span<const chorusStream_t> streams) {
   bool blocking = streams.empty() || std::count(streams.begin(), streams.end(), nullptr) > 0;
-  std::vector<chorusStream*> live;
-  for (chorusStream_t s : streams)
-    if (s != nullptr && std::find(live.begin(), live.end(), s) == live.end()) live.push_back(s);
+  std::span<chorusStream* const> live = streams;  // one call on one stream, the common case, as it is
+  std::vector<chorusStream*> distinct;
   std::unique_ptr<chorusStream> waiter;
-  if (blocking) {
-    waiter = std::make_unique<chorusStream>(&comm);
-    live.push_back(waiter.get());
+  if (blocking || streams.size() > 1) {
+    for (chorusStream_t s : streams)
+      if (s != nullptr && std::find(distinct.begin(), distinct.end(), s) == distinct.end()) distinct.push_back(s);
+    if (blocking) {
+      waiter = std::make_unique<chorusStream>(&comm);
+      distinct.push_back(waiter.get());
+    }
+    live = distinct;
   }
   const bool host = std::all_of(live.begin(), live.end(), [](chorusStream* s) { return s->device == nullptr; });
   comm.executor().enqueue(orderWithDevices(comm, makeTask(comm, calls), live), live,

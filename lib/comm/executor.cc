@@ -72,7 +72,11 @@ void Executor::runBlocking(FunctionRef<void()> fn) {
   }
   std::unique_lock<std::mutex> g(mu_);
   auto done = std::make_shared<Completion>();
-  queue_.push_back(Task{fn, {}, done});
+  Task& t = queue_.push_back();
+  t.fn = fn;
+  t.streams.clear();
+  t.done = done;
+  t.workerOnly = false;
   queued_.fetch_add(1);
   startWorker();
   cv_.notify_all();
@@ -112,13 +116,24 @@ void Executor::releaseInline() {
 // 11-12 us with every lone operation deferred, 9 us with neither). A resting worker that finds no deferred wake
 // when it looks sleeps until woken, so an idle process does not wake up.
 // Device streams, host functions and blocking callers always wake the worker.
-void Executor::enqueue(Fn fn, std::vector<chorusStream*> streams, Launch launch) {
+// Note [Allocation-free queueing]: the issuing thread of a stream's operations shares the cores with the workers
+// that run them (2 ranks on 2 cores: four threads), so what it spends per call is taken from the operations.
+// Each queued operation used to cost three allocations there (the std::function's lambda, its copy of the call's
+// arguments, the list of streams) and as many frees on the worker: with all_reduce_perf -z 0 queueing thousands
+// ahead, malloc and the page faults of a heap that grew and was trimmed again were a quarter of the run's CPU
+// time. Now the lambda and its one call sit in the task (Fn), the tasks in a Ring whose slots keep their stream
+// lists' capacity, and the runner swaps the front task out instead of moving it, handing back its buffers.
+void Executor::enqueue(Fn fn, std::span<chorusStream* const> streams, Launch launch) {
   for (chorusStream* s : streams) s->add();
   std::lock_guard<std::mutex> g(mu_);
-  queue_.push_back(Task{std::move(fn), std::move(streams), nullptr, launch == Launch::kWorkerOnly});
-  queued_.fetch_add(1);
   const bool started = worker_.joinable();
   startWorker();
+  Task& t = queue_.push_back();
+  t.fn = std::move(fn);
+  t.streams.assign(streams.begin(), streams.end());
+  t.done = nullptr;
+  t.workerOnly = launch == Launch::kWorkerOnly;
+  queued_.fetch_add(1);
   if (launch == Launch::kDefer && started && helperWaits_ && workerResting_ && workerParked_ && queue_.size() == 1) {
     deferredSinceLook_ = true;
     deferrals_.fetch_add(1);
@@ -208,7 +223,8 @@ void Executor::workerLoop() {
 }
 
 void Executor::runFront(std::unique_lock<std::mutex>& g, bool wakeWorker) {
-  Task t = std::move(queue_.front());
+  Task& t = running_;
+  std::swap(t, queue_.front());  // the slot gets the last task's emptied buffers back
   queue_.pop_front();
   queued_.fetch_sub(1);
   if (queue_.empty()) deferred_.store(false);
@@ -218,14 +234,16 @@ void Executor::runFront(std::unique_lock<std::mutex>& g, bool wakeWorker) {
   execute(t.fn, &rc, &msg);
   t.fn = nullptr;  // what the operation holds (its device fences) goes before its streams may be destroyed
   for (chorusStream* s : t.streams) s->finish(rc, msg);
+  t.streams.clear();
+  const std::shared_ptr<Completion> done = std::move(t.done);
   g.lock();
   busy_.store(false);
-  if (t.done) {
-    t.done->finished = true;
-    t.done->rc = rc;
-    t.done->msg = msg;
+  if (done) {
+    done->finished = true;
+    done->rc = rc;
+    done->msg = msg;
   }
-  if (wakeWorker || t.done || waiters_.load() != 0) cv_.notify_all();
+  if (wakeWorker || done || waiters_.load() != 0) cv_.notify_all();
 }
 
 // Note [Helping]: a thread about to wait for a stream (chorusStreamSynchronize; a torch Work's wait()) runs the

@@ -9,16 +9,17 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "chorus/chorus.h"
 #include "lib/base/function_ref.h"
+#include "lib/base/inline_function.h"
+#include "lib/base/ring.h"
 
 struct chorusStream;
 
@@ -27,10 +28,10 @@ namespace chorus {
 class Comm;
 class Error;
 
-
 class Executor {
  public:
-  using Fn = std::function<void()>;
+  // Room for an operation's lambda with one call's arguments in place (Note [Allocation-free queueing]).
+  using Fn = InlineFunction<void(), 96>;
   explicit Executor(Comm& comm) : comm_(comm) {}
   ~Executor();
 
@@ -41,7 +42,7 @@ class Executor {
   // synchronize, a query). kWorkerOnly: a host function, woken for, and run on the worker, never on a helping thread.
   enum class Launch { kWake, kDefer, kWorkerOnly };
   // Queues fn and returns; each stream counts it as pending until it finishes.
-  void enqueue(Fn fn, std::vector<chorusStream*> streams, Launch launch = Launch::kWake);
+  void enqueue(Fn fn, std::span<chorusStream* const> streams, Launch launch = Launch::kWake);
   // Note [Helping]: unless `done`, runs the queued operation on the calling thread if it is the only one, the
   // executor is idle, the worker parked, and it is not a host function. Otherwise wakes a deferred worker.
   void help(FunctionRef<bool()> done);
@@ -75,7 +76,8 @@ class Executor {
   Comm& comm_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;                // guarded by mu_
+  Ring<Task> queue_;                      // guarded by mu_
+  Task running_;                          // the operation being run; whoever claimed busy_ owns it
   std::atomic<int> queued_{0};            // queue_.size(), readable without mu_
   std::atomic<int> waiters_{0};           // drain() calls waiting for the executor to become idle
   std::atomic<bool> busy_{false};         // an operation is running (inline or on the worker), or the worker drives

@@ -118,7 +118,7 @@ std::unique_ptr<mem::DeviceStream> openDeviceStream(Comm& comm, void* native) {
   return device;
 }
 
-Executor::Fn orderWithDevices(Comm& comm, Executor::Fn fn, const std::vector<chorusStream*>& streams) {
+Executor::Fn orderWithDevices(Comm& comm, Executor::Fn fn, std::span<chorusStream* const> streams) {
   if (std::none_of(streams.begin(), streams.end(), [](chorusStream* s) { return s->device != nullptr; })) return fn;
   // Made in issue order on the issuing thread; should one fail, ~Fences releases those made already.
   auto fences = std::make_shared<Fences>();

@@ -41,5 +41,5 @@ namespace chorus {
 // Called on the issuing thread, in issue order; never blocks.
 // The device runtime's stream `native`, for a chorusStream of comm; refuses (naming it) one of another device.
 std::unique_ptr<mem::DeviceStream> openDeviceStream(Comm& comm, void* native);
-Executor::Fn orderWithDevices(Comm& comm, Executor::Fn fn, const std::vector<chorusStream*>& streams);
+Executor::Fn orderWithDevices(Comm& comm, Executor::Fn fn, std::span<chorusStream* const> streams);
 }  // namespace chorus
