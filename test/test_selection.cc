@@ -224,3 +224,21 @@ TEST(Chunks, StepsAreByBytesOnTheHostAndTheSmallestWins) {
   // A single rank uses no transport.
   EXPECT_TRUE(same(choose({}, 1, false), {{0, 1 << 20}}));
 }
+
+TEST(Chunks, AnOversubscribedHostTakesTheOversubscribedStepsWhereATransportHasThem) {
+  transport::LinkTraits shm, tcp;
+  shm.chunks = {{0, 1 << 20}};
+  shm.chunksOversubscribed = {{0, 1 << 20}, {32 << 20, 64 << 10}};
+  tcp.chunks = {{0, 96 << 10}};
+  auto same = [](const ChunkSteps& a, const ChunkSteps& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const ChunkStep& x, const ChunkStep& y) {
+             return x.fromBytes == y.fromBytes && x.chunkBytes == y.chunkBytes;
+           });
+  };
+  EXPECT_TRUE(same(chooseChunks({&shm}, 4, false, false), {{0, 1 << 20}}));
+  EXPECT_TRUE(same(chooseChunks({&shm}, 4, false, true), {{0, 1 << 20}, {8 << 20, 64 << 10}}));
+  EXPECT_TRUE(same(chooseChunks({&shm}, 8, false, true), {{0, 1 << 20}, {4 << 20, 64 << 10}}));
+  // tcp has none: its steps stay, and the smallest still wins.
+  EXPECT_TRUE(same(chooseChunks({&tcp}, 4, false, true), {{0, 96 << 10}}));
+  EXPECT_TRUE(same(chooseChunks({&shm, &tcp}, 4, false, true), {{0, 96 << 10}, {8 << 20, 64 << 10}}));
+}

@@ -22,8 +22,10 @@ struct LinkTraits {
   double alphaUs = 10, gbps = 3.5;                    // latency and bandwidth, each rank with a core of its own
   double alphaUsOversubscribed = 35, gbpsOversubscribed = 1.5;  // more ranks on the host than cores
   bool reducesOnReceive = false;  // irecvReduce works (the data can be reduced in place as it arrives)
-  // The pipeline chunk it runs best with, by the bytes a collective touches on one host (ChunkSteps, ops.h).
+  // The pipeline chunk it runs best with, by the bytes a collective touches on one host (ChunkSteps, ops.h), and
+  // when that host runs more ranks than cores (empty: the same).
   ChunkSteps chunks = {{0, 96 * 1024}};
+  ChunkSteps chunksOversubscribed = {};
 };
 
 struct Descriptor {

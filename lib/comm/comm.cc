@@ -142,7 +142,9 @@ void Comm::chooseChunk(const std::vector<const transport::Descriptor*>& used) {
   for (int h : hostOf_) ++perHost[static_cast<size_t>(h)];
   // hostOf_ numbers hosts by their first rank, so any index above 0 means a second host.
   const bool crossHost = *std::max_element(hostOf_.begin(), hostOf_.end()) > 0;
-  chunks_ = chooseChunks(traits, *std::max_element(perHost.begin(), perHost.end()), crossHost);
+  // Whether a host is oversubscribed is agreed on only later (buildCostModel); on one host every rank knows it.
+  chunks_ = chooseChunks(traits, *std::max_element(perHost.begin(), perHost.end()), crossHost,
+                         !crossHost && oversubscribed_);
   std::string text;
   for (const ChunkStep& c : chunks_)
     text += c.fromBytes == 0 ? fmt::format("{} bytes", c.chunkBytes)

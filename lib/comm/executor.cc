@@ -116,6 +116,7 @@ void Executor::releaseInline() {
 // 11-12 us with every lone operation deferred, 9 us with neither). A resting worker that finds no deferred wake
 // when it looks sleeps until woken, so an idle process does not wake up.
 // Device streams, host functions and blocking callers always wake the worker.
+//
 // Note [Allocation-free queueing]: the issuing thread of a stream's operations shares the cores with the workers
 // that run them (2 ranks on 2 cores: four threads), so what it spends per call is taken from the operations.
 // Each queued operation used to cost three allocations there (the std::function's lambda, its copy of the call's

@@ -145,10 +145,14 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   return m;
 }
 
-ChunkSteps chooseChunks(const std::vector<const transport::LinkTraits*>& used, int maxPerHost, bool crossHost) {
+ChunkSteps chooseChunks(const std::vector<const transport::LinkTraits*>& used, int maxPerHost, bool crossHost,
+                        bool oversubscribed) {
+  auto stepsOf = [&](const transport::LinkTraits* t) -> const ChunkSteps& {
+    return oversubscribed && !t->chunksOversubscribed.empty() ? t->chunksOversubscribed : t->chunks;
+  };
   std::vector<size_t> starts{0};  // where any transport's step begins, in bytes touched on one host
   for (const transport::LinkTraits* t : used)
-    for (const ChunkStep& s : t->chunks) starts.push_back(s.fromBytes);
+    for (const ChunkStep& s : stepsOf(t)) starts.push_back(s.fromBytes);
   std::sort(starts.begin(), starts.end());
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
   const size_t perHost = static_cast<size_t>(std::max(1, maxPerHost));
@@ -156,7 +160,7 @@ ChunkSteps chooseChunks(const std::vector<const transport::LinkTraits*>& used, i
   for (size_t hostBytes : starts) {
     size_t chunk = 0;
     for (const transport::LinkTraits* t : used) {
-      const size_t c = chunkAt(t->chunks, hostBytes);
+      const size_t c = chunkAt(stepsOf(t), hostBytes);
       if (c != 0) chunk = chunk == 0 ? c : std::min(chunk, c);
     }
     if (chunk == 0) chunk = 1024 * 1024;  // no transport serves a pair: a single rank

@@ -21,8 +21,11 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere);
 
 // The pipeline chunk by buffer size, the same on every rank so that messages of a chunk match in length: at each
 // size the smallest chunk asked for by a transport serving a pair (`used`; their steps count the bytes touched on
-// one host, the buffer times `maxPerHost`), at most kCrossHostMaxChunk when the communicator spans hosts.
-ChunkSteps chooseChunks(const std::vector<const transport::LinkTraits*>& used, int maxPerHost, bool crossHost);
+// one host, the buffer times `maxPerHost`; their oversubscribed steps when `oversubscribed`: a single host with
+// more ranks than cores, which every rank sees alike), at most kCrossHostMaxChunk when the communicator spans
+// hosts.
+ChunkSteps chooseChunks(const std::vector<const transport::LinkTraits*>& used, int maxPerHost, bool crossHost,
+                        bool oversubscribed = false);
 // A transport's chunk is what suits it inside a host. Between hosts the ring is latency-bound sooner and needs
 // several chunks per segment to pipeline: tcp's 96 KiB serves UCX there too (docs/ucx-results.md, "Chunk across
 // hosts").

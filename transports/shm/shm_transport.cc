@@ -572,9 +572,11 @@ Descriptor descriptor() {
   d.preference = 10;
   d.origin = "built-in";
   d.env = kEnv;
-  // Measured on this project's 2-core machines (all_reduce_perf, 2 and 4 ranks); large chunks cost nothing here
-  // (the FIFO pipelines slot by slot) and 1M measured best.
-  d.traits = {0.3, 12.0, 5.0, 6.0, true, {{0, 1024 * 1024}}};
+  // Measured on this project's 2-core machines (all_reduce_perf, 2 and 4 ranks; docs/performance.md): large
+  // chunks cost nothing here (the FIFO pipelines slot by slot) and 1M measured best, except with more ranks than
+  // cores from 32 MiB touched on the host, where ranks take turns on a core and a chunk still cached when the
+  // next one runs wins (4 ranks, 8-64 MiB: +39-49 % with 64K; 2 ranks lose 9-15 % with it from 16 MiB).
+  d.traits = {0.3, 12.0, 5.0, 6.0, true, {{0, 1024 * 1024}}, {{0, 1024 * 1024}, {32 << 20, 64 << 10}}};
   d.disabledByEnv = [] { return envInt("CHORUS_SHM_DISABLE", 0, 1, kEnv) == 1; };
   d.canConnect = [](const PeerInfo& a, const PeerInfo& b) { return a.hostId == b.hostId; };
   d.create = [](const Setup& setup) -> std::unique_ptr<Transport> {
