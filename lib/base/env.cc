@@ -23,7 +23,8 @@ constexpr EnvSpec kEnvTable[] = {
      "algorithms allowed: RING, TREE, AUTO (cost model), a comma list, ^ excludes, or per collective as "
      "allreduce:tree;broadcast:ring (NCCL_ALGO's grammar)"},
     {"CHORUS_CHUNK_BYTES", "bytes", "", "pipeline chunk of the ring and chain algorithms (4K..64M); default: at each "
-     "size the smallest that a transport in use asks for (shm 1M, 64K from 32M on a host with more ranks than cores, tcp 127.5K, ucx 1M, over UCX's shared memory 128K "
+     "size the smallest that a transport in use asks for (shm 1M, 64K from 32M on a host with more ranks than "
+     "cores, tcp 127.5K, ucx 1M, over UCX's shared memory 128K "
      "from 16M on a host; measured), at most 96K across hosts"},
     {"CHORUS_SPIN_US", "int", "", "microseconds a waiting rank polls before it sleeps in epoll (0..100000); "
      "default 50, or 0 when this host runs more ranks than it has cores"},

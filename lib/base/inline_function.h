@@ -55,7 +55,9 @@ class InlineFunction<R(Args...), Capacity> {
 
   explicit operator bool() const { return ops_ != nullptr; }
   // const, as std::function's: a lambda that holds one calls it from its own const operator().
-  R operator()(Args... args) const { return ops_->call(const_cast<unsigned char*>(buf_), std::forward<Args>(args)...); }
+  R operator()(Args... args) const {
+    return ops_->call(const_cast<unsigned char*>(buf_), std::forward<Args>(args)...);
+  }
 
  private:
   struct Ops {

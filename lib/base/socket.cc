@@ -149,7 +149,8 @@ Fd connectTo(const SockAddr& addr, Deadline deadline) {
     int e = errno;
     // ECONNRESET: the listener closed during the handshake (a rendezvous root that just finished, Note
     // [Rendezvous]); like a listener not up yet, another may be by the next try.
-    if (e != ECONNREFUSED && e != ECONNRESET && e != ETIMEDOUT && e != EHOSTUNREACH && e != ENETUNREACH && e != EINTR) {
+    if (e != ECONNREFUSED && e != ECONNRESET && e != ETIMEDOUT && e != EHOSTUNREACH && e != ENETUNREACH &&
+        e != EINTR) {
       errno = e;
       failErrno("connect to " + addr.str());
     }

@@ -72,12 +72,7 @@ void Executor::runBlocking(FunctionRef<void()> fn) {
   }
   std::unique_lock<std::mutex> g(mu_);
   auto done = std::make_shared<Completion>();
-  Task& t = queue_.push_back();
-  t.fn = fn;
-  t.streams.clear();
-  t.done = done;
-  t.workerOnly = false;
-  queued_.fetch_add(1);
+  push(fn, {}, done, false);
   startWorker();
   cv_.notify_all();
   if (driving_.load()) comm_.kick();
@@ -129,12 +124,7 @@ void Executor::enqueue(Fn fn, std::span<chorusStream* const> streams, Launch lau
   std::lock_guard<std::mutex> g(mu_);
   const bool started = worker_.joinable();
   startWorker();
-  Task& t = queue_.push_back();
-  t.fn = std::move(fn);
-  t.streams.assign(streams.begin(), streams.end());
-  t.done = nullptr;
-  t.workerOnly = launch == Launch::kWorkerOnly;
-  queued_.fetch_add(1);
+  push(std::move(fn), streams, nullptr, launch == Launch::kWorkerOnly);
   if (launch == Launch::kDefer && started && helperWaits_ && workerResting_ && workerParked_ && queue_.size() == 1) {
     deferredSinceLook_ = true;
     deferrals_.fetch_add(1);
@@ -221,6 +211,16 @@ void Executor::workerLoop() {
     helperWaits_ = false;
     runFront(g, true);
   }
+}
+
+void Executor::push(Fn fn, std::span<chorusStream* const> streams, std::shared_ptr<Completion> done,
+                    bool workerOnly) {
+  Task& t = queue_.push_back();  // a reused slot: every field is set
+  t.fn = std::move(fn);
+  t.streams.assign(streams.begin(), streams.end());
+  t.done = std::move(done);
+  t.workerOnly = workerOnly;
+  queued_.fetch_add(1);
 }
 
 void Executor::runFront(std::unique_lock<std::mutex>& g, bool wakeWorker) {

@@ -71,6 +71,8 @@ class Executor {
   // that task and drain()'s, and the worker when `wakeWorker`.
   void runFront(std::unique_lock<std::mutex>& g, bool wakeWorker);
   void startWorker();  // with mu_ held
+  // Appends a task to queue_, with mu_ held.
+  void push(Fn fn, std::span<chorusStream* const> streams, std::shared_ptr<Completion> done, bool workerOnly);
   void drive(std::unique_lock<std::mutex>& g);  // tagged traffic, with busy_ claimed
 
   Comm& comm_;
