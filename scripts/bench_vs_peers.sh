@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Chorus's all_reduce_perf and the peers of ../shared/peers (Gloo, Open MPI, MPICH, torch.distributed) side by
-# side in one run: the same float32-sum sweep, the same runner (runpeer.py waits for a quiet host and records
-# foreign load), RUNS times each, then a table of the best run per size (scripts/peer_table.py).
+# side: the same float32-sum sweep through the same runner (runpeer.py waits for a quiet host and records foreign
+# load), round after round. Within a round each rank count runs Chorus and every peer one after another, in an
+# order that is reversed every other round and rotated every two, so no side always runs first or last on a
+# machine whose speed drifts by tens of percent over minutes. Tables (scripts/peer_table.py): every side's median
+# per size, and Chorus against the best peer at each size with both sides' spread.
 #
 # usage: scripts/bench_vs_peers.sh [OUTDIR]
-# env:   NRANKS="2 4"  MAXBYTES=256M  RUNS=2  PEERS=<regex over peer names>
+# env:   NRANKS="2 4"  MAXBYTES=256M  RUNS=5  PEERS=<regex over peer names>  STAT=median|best
 #        CHORUS_ENV="VAR=value ..." (extra environment for the Chorus runs; CHORUS_SHM_DISABLE=1 for TCP)
 #        CHORUS_NAME (default chorus-shm, or chorus-tcp when CHORUS_ENV disables shm)
 # e.g.   shm against the peers' shared-memory paths: PEERS='openmpi-vader|mpich-default' scripts/bench_vs_peers.sh
@@ -16,25 +19,48 @@ top=$(pwd)
 out=${1:-$top/build/peers-$(date +%Y%m%d-%H%M%S)}
 NRANKS=${NRANKS:-"2 4"}
 MAXBYTES=${MAXBYTES:-256M}
-RUNS=${RUNS:-2}
+RUNS=${RUNS:-5}
+STAT=${STAT:-median}
 PEERS=${PEERS:-'gloo-ring$|gloo-ring_chunked|gloo-halving_doubling|openmpi-tcp|mpich-tcp|torch-gloo'}
 case " ${CHORUS_ENV:-} " in
   *" CHORUS_SHM_DISABLE=1 "*) CHORUS_NAME=${CHORUS_NAME:-chorus-tcp} ;;
   *) CHORUS_NAME=${CHORUS_NAME:-chorus-shm} ;;
 esac
-src=$top/../shared/peers
+# Every peer run_all.sh knows, in its order; the ones whose library is missing it skips itself.
+known="gloo-ring gloo-ring_chunked gloo-halving_doubling gloo-bcube gloo-new_ring gloo-new_bcube openmpi-vader
+       openmpi-tcp mpich-default mpich-tcp torch-gloo"
+peers=()
+for p in $known; do echo "$p" | grep -Eq "$PEERS" && peers+=("$p"); done
 mkdir -p "$out"
-rm -rf "$out/peers" && cp -r "$src" "$out/peers" && rm -rf "$out/peers/results"
+rm -rf "$out/peers" && cp -r "$top/../shared/peers" "$out/peers" && rm -rf "$out/peers/results"
 make -s -C "$out/peers" >/dev/null
-for run in $(seq 1 "$RUNS"); do
-  mkdir -p "$out/run$run"
-  for n in $NRANKS; do
-    /usr/bin/python3 "$out/peers/runpeer.py" --out "$out/run$run/$CHORUS_NAME-$n.txt" --timeout 600 \
+
+side() {  # side NAME N: one sweep of Chorus or of one peer into the round's folder
+  local name=$1 n=$2
+  if [ "$name" = "$CHORUS_NAME" ]; then
+    /usr/bin/python3 "$out/peers/runpeer.py" --out "$dir/$CHORUS_NAME-$n.txt" --timeout 600 \
       -- env ${CHORUS_ENV:-} "$top/build/scripts/chorusrun" -n "$n" --no-prefix \
-      "$top/build/bench/all_reduce_perf" -a 1 -P 1 -z 1 -b 8 -e "$MAXBYTES" -f 2 -c 1 || true
+      "$top/build/bench/all_reduce_perf" -a 1 -P 1 -z 1 -b 8 -e "$MAXBYTES" -f 2 -c 1 ||
+      echo "failed: $CHORUS_NAME-$n (see $dir/$CHORUS_NAME-$n.txt)" >&2
+  else
+    NRANKS="$n" PEERS="^$name\$" MAXBYTES="$MAXBYTES" REPEAT_PEERS= SKIP_BUILD=1 RESULTS_DIR="$dir" \
+      bash "$out/peers/run_all.sh" >>"$dir/peers.log" 2>&1 || echo "failed: $name-$n (see $dir/peers.log)" >&2
+  fi
+}
+
+for run in $(seq 1 "$RUNS"); do
+  dir="$out/run$run"
+  mkdir -p "$dir"
+  for n in $NRANKS; do
+    jobs=("$CHORUS_NAME" "${peers[@]}")
+    k=${#jobs[@]} off=$(((run - 1) / 2))
+    for ((i = 0; i < k; i++)); do
+      j=$(((i + off) % k))
+      [ $((run % 2)) = 0 ] && j=$(((k - 1 - i + off) % k))
+      side "${jobs[$j]}" "$n"
+    done
   done
-  NRANKS="$NRANKS" PEERS="$PEERS" MAXBYTES="$MAXBYTES" REPEAT_PEERS= SKIP_BUILD=1 RESULTS_DIR="$out/run$run" \
-    bash "$out/peers/run_all.sh" >"$out/run$run.log" 2>&1 || true
 done
-/usr/bin/python3 "$top/scripts/peer_table.py" "$out"/run*/
+/usr/bin/python3 "$top/scripts/peer_table.py" --stat "$STAT" "$out"/run*/
+/usr/bin/python3 "$top/scripts/peer_table.py" --stat "$STAT" --vs "$CHORUS_NAME" "$out"/run*/
 echo "tables in $out"

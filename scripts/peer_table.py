@@ -1,20 +1,38 @@
 #!/usr/bin/env python3
-"""Reads nccl-tests-style tables (<peer>-<nranks>.txt) from one or more run folders and prints a markdown table:
-latency at 8 B and busbw at 64 KiB, 1 MiB, 16 MiB, 64 MiB, 256 MiB per peer and rank count, best of the runs
-(lowest time), plus the run-to-run spread. Rows are any line whose first field is an integer size; time is the
-5th field and busbw the 7th (the peers' layout, which all_reduce_perf prints with -P 1)."""
+"""Tables of nccl-tests-style sweeps (<peer>-<nranks>.txt) from one or more run folders.
+
+usage: peer_table.py [--stat median|best] [--vs NAME] RUN_DIR...
+
+Without --vs: a markdown table of latency at 8 B and busbw at 64 KiB, 1 MiB, 16 MiB, 64 MiB, 256 MiB (or the
+sizes in $SIZES, e.g. SIZES="8 64K 1M") per peer and rank count, over the runs.
+With --vs NAME: for each rank count and every size, NAME against the best of the other peers at that size
+(chosen by the same statistic), with the ratio (time ratio below 64 KiB, busbw ratio from 64 KiB) and both
+sides' spread over the runs: the table of issue 18's targets.
+--stat median (default): the median of the runs per point; best: the shortest time (highest busbw).
+Rows are any line whose first field is an integer size; time is the 5th field and busbw the 7th (the peers'
+layout, which all_reduce_perf prints with -P 1)."""
 import collections
 import os
 import re
+import statistics
 import sys
 
+args = sys.argv[1:]
+stat, vs = "median", None
+while args and args[0].startswith("--"):
+    if args[0] == "--stat" and len(args) > 1 and args[1] in ("median", "best"):
+        stat, args = args[1], args[2:]
+    elif args[0] == "--vs" and len(args) > 1:
+        vs, args = args[1], args[2:]
+    else:
+        sys.exit(__doc__)
+
 SIZES = [8, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20]
-if os.environ.get("SIZES"):  # e.g. SIZES="8 64K 128K 1M": the columns to print
+if os.environ.get("SIZES"):
     SIZES = [int(x[:-1]) << {"K": 10, "M": 20, "G": 30}[x[-1]] if x[-1] in "KMG" else int(x)
              for x in os.environ["SIZES"].split()]
-best = collections.defaultdict(dict)   # (peer, n) -> size -> (time, busbw)
-runs = collections.defaultdict(lambda: collections.defaultdict(list))
-for folder in sys.argv[1:]:
+runs = collections.defaultdict(lambda: collections.defaultdict(list))  # (peer, n) -> size -> [(time, busbw)]
+for folder in args:
     for name in sorted(os.listdir(folder)):
         m = re.match(r"(.+)-(\d+)\.txt$", name)
         if not m:
@@ -26,19 +44,25 @@ for folder in sys.argv[1:]:
                 if len(p) < 8 or not p[0].isdigit():
                     continue
                 try:
-                    size, t, bw = int(p[0]), float(p[4]), float(p[6])
+                    runs[key][int(p[0])].append((float(p[4]), float(p[6])))
                 except ValueError:
                     continue
-                runs[key][size].append(t)
-                if size not in best[key] or t < best[key][size][0]:
-                    best[key][size] = (t, bw)
 
 
-def cell(key, size):
-    if size not in best[key]:
-        return "—"
-    t, bw = best[key][size]
-    return f"{t:.1f} µs" if size == 8 else f"{bw:.2f}"
+def point(key, size):
+    """(time us, busbw GB/s) of the runs by the statistic, or None."""
+    v = runs.get(key, {}).get(size)
+    if not v:
+        return None
+    if stat == "best":
+        return min(t for t, _ in v), max(b for _, b in v)
+    return statistics.median(t for t, _ in v), statistics.median(b for _, b in v)
+
+
+def spread(key, size, small):
+    v = runs[key][size]
+    xs = [t for t, _ in v] if small else [b for _, b in v]
+    return f"{min(xs):.1f}-{max(xs):.1f}" if small else f"{min(xs):.2f}-{max(xs):.2f}"
 
 
 def label(size):
@@ -48,9 +72,42 @@ def label(size):
     return f"{size} B"
 
 
-heads = [f"{label(s)} latency" if s == 8 else f"busbw {label(s)}" for s in SIZES]
-print("| peer | ranks | " + " | ".join(heads) + " | runs |")
-print("|---|---|" + "---|" * len(SIZES) + "---|")
-for key in sorted(best, key=lambda k: (k[1], k[0])):
-    nruns = max(len(v) for v in runs[key].values())
-    print(f"| {key[0]} | {key[1]} | " + " | ".join(cell(key, s) for s in SIZES) + f" | {nruns} |")
+if vs is None:
+    def cell(key, size):
+        p = point(key, size)
+        if p is None:
+            return "—"
+        return f"{p[0]:.1f} µs" if size == 8 else f"{p[1]:.2f}"
+
+    heads = [f"{label(s)} latency" if s == 8 else f"busbw {label(s)}" for s in SIZES]
+    print(f"{stat} of the runs")
+    print("| peer | ranks | " + " | ".join(heads) + " | runs |")
+    print("|---|---|" + "---|" * len(SIZES) + "---|")
+    for key in sorted(runs, key=lambda k: (k[1], k[0])):
+        nruns = max(len(v) for v in runs[key].values())
+        print(f"| {key[0]} | {key[1]} | " + " | ".join(cell(key, s) for s in SIZES) + f" | {nruns} |")
+    sys.exit(0)
+
+for n in sorted({k[1] for k in runs if k[0] == vs}):
+    ours = (vs, n)
+    others = [k for k in runs if k[1] == n and k[0] != vs]
+    nruns = max(len(v) for v in runs[ours].values())
+    print(f"\n{vs}, {n} ranks: {stat} of {nruns} runs; time in us below 64 KiB, busbw in GB/s from 64 KiB; "
+          "ratio > 1: Chorus ahead")
+    print(f"| bytes | {vs} | its spread | best peer | peer's spread | ratio |")
+    print("|---|---|---|---|---|---|")
+    for size in sorted(runs[ours]):
+        small = size < 64 << 10
+        mine = point(ours, size)
+        cands = [(point(k, size), k) for k in others if point(k, size) is not None]
+        if not cands:
+            continue
+        best = min(cands, key=lambda c: c[0][0]) if small else max(cands, key=lambda c: c[0][1])
+        (pt, pb), pk = best
+        if small:
+            ratio = pt / mine[0]
+            row = [f"{mine[0]:.1f}", spread(ours, size, True), f"{pk[0]} {pt:.1f}", spread(pk, size, True)]
+        else:
+            ratio = mine[1] / pb if pb > 0 else float("inf")
+            row = [f"{mine[1]:.2f}", spread(ours, size, False), f"{pk[0]} {pb:.2f}", spread(pk, size, False)]
+        print(f"| {label(size)} | " + " | ".join(row) + f" | {ratio:.2f} |")
