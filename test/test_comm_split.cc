@@ -1,6 +1,7 @@
 // chorusCommSplit with ncclCommSplit's semantics: one communicator per color, ranks ordered by key and then by
 // their rank in the parent, CHORUS_SPLIT_NOCOLOR joining none; the parent's settings kept unless a config is
-// given; bad arguments refused by name; collectives on the new communicators side by side with the parent's.
+// given; bad arguments refused by name, and a refused rank failing the others at once; collectives on the new
+// communicators side by side with the parent's.
 // chorusCommShrink with ncclCommShrink's: the survivors renumbered in order, on a healthy and on a failed parent,
 // CHORUS_SHRINK_ABORT ending the parent's pending work, survivors that disagree failing within the creation
 // timeout instead of forming a wrong communicator. (A real rank killed, 100 times over: recovery_loop.cc.)
@@ -126,7 +127,7 @@ TEST(Split, RefusesABadColorAndANullOutputByName) {
   bad.timeoutSec = -1;
   EXPECT_REFUSED(chorusCommSplit(comms[0], 0, 0, &out, &bad), chorusInvalidArgument, nullptr, "timeoutSec");
   EXPECT_REFUSED(chorusCommSplit(nullptr, 0, 0, &out, nullptr), chorusInvalidArgument, nullptr, "comm");
-  // Nothing was sent: the communicator still works.
+  // The communicator still works, and the refused calls' rounds left the next split able to meet.
   EXPECT_OK(chorusCommSplit(comms[0], 0, 0, &out, nullptr));
   ASSERT_NE(out, nullptr);
   EXPECT_OK(chorusCommDestroy(out));
@@ -153,6 +154,45 @@ void expectSumOver(const std::vector<chorusComm_t>& sub, const std::vector<int>&
       if (x != want) throw std::runtime_error("shrunk communicator's AllReduce: " + std::to_string(x));
   });
   EXPECT_TRUE(errs.empty()) << errs[0];
+}
+
+// Rank 1 passes a bad color, then a bad config; the others pass good ones. Each time rank 1 is refused by name and
+// the others fail with chorusRemoteError naming rank 1 and its reason, well before the creation timeout (60 s
+// here, past the watchdog's 20). Then every rank's next split meets: the refused rank took its part in the rounds.
+TEST(Split, ARankRefusingItsArgumentsFailsEveryRankAtOnceAndTheNextSplitMeets) {
+  Watchdog wd;
+  const int n = 3;
+  auto comms = makeComms(n);
+  chorusConfig_t good = CHORUS_CONFIG_INITIALIZER, bad = CHORUS_CONFIG_INITIALIZER;
+  good.initTimeoutSec = 60;
+  bad.initTimeoutSec = -3;
+  std::vector<chorusResult_t> rc(n, chorusSuccess);
+  std::vector<std::string> text(n);
+  std::vector<chorusComm_t> sub(n, nullptr);
+  for (const char* reason : {"color=-7", "initTimeoutSec=-3"}) {
+    const bool badColor = std::string(reason) == "color=-7";
+    auto errs = onAll(comms, [&](int r, chorusComm_t c) {
+      const bool refused = r == 1;
+      rc[r] = chorusCommSplit(c, refused && badColor ? -7 : 0, r, &sub[r], refused && !badColor ? &bad : &good);
+      text[r] = chorusGetLastError(nullptr);
+    });
+    ASSERT_TRUE(errs.empty()) << errs[0];
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(sub[r], nullptr) << "rank " << r;
+      EXPECT_EQ(rc[r], r == 1 ? chorusInvalidArgument : chorusRemoteError) << "rank " << r << ": " << text[r];
+      EXPECT_NE(text[r].find(reason), std::string::npos) << "rank " << r << ": " << text[r];
+      if (r != 1) {
+        EXPECT_NE(text[r].find("rank 1 refused"), std::string::npos) << "rank " << r << ": " << text[r];
+      }
+    }
+  }
+  auto errs = onAll(comms, [&](int r, chorusComm_t c) {
+    check(chorusCommSplit(c, 0, r, &sub[r], &good), nullptr, "chorusCommSplit after the refusals");
+  });
+  ASSERT_TRUE(errs.empty()) << errs[0];
+  expectSumOver(sub, {0, 1, 2});
+  destroyAll(sub);
+  destroyAll(comms);
 }
 
 // Five ranks without 1 and 3 (listed in either order): 0, 2, 4 become 0, 1, 2. The parent, shrunk with the

@@ -83,7 +83,9 @@ CHORUS_API chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nrank
 /* Collective over comm's ranks, as ncclCommSplit: the ranks passing one color form a new communicator, ordered by
  * key and then by their rank in comm; a rank passing CHORUS_SPLIT_NOCOLOR joins none and gets *newcomm = NULL.
  * config NULL: the new communicators keep comm's settings. Works on a failed communicator too (every rank of comm
- * still calls it; rank 0 hosts the exchange of colors), without a new unique id. */
+ * still calls it; rank 0 hosts the exchange of colors), without a new unique id. A rank whose color or config is
+ * bad gets chorusInvalidArgument after still taking its part in the exchange, and every other rank then fails
+ * with chorusRemoteError naming it, at once rather than at the creation timeout. */
 #define CHORUS_SPLIT_NOCOLOR (-1)
 CHORUS_API chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm,
                                           const chorusConfig_t* config);

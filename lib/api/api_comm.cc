@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
+#include <string>
 
 #include "lib/api/api_guard.h"
 #include "lib/api/dump_signal.h"
@@ -148,6 +151,18 @@ Config withSettings(const chorusConfig_t* config) {
   if (config->size > kFirstLayout) seconds(config->peerTimeoutSec, "peerTimeoutSec", &c.peerTimeoutSec);
   return c;
 }
+
+// What a split's exchange carries in place of a color when the rank refused its own arguments; no valid color is
+// this negative (CHORUS_SPLIT_NOCOLOR is -1).
+constexpr int32_t kRefusedColor = INT32_MIN;
+
+std::string refusalText(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+}
 }  // namespace
 
 chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank,
@@ -171,10 +186,19 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
     *newcomm = nullptr;
     checkNotInGroup("chorusCommSplit");
     CallRef c(comm, "comm");
-    if (color < 0 && color != CHORUS_SPLIT_NOCOLOR)
-      fail(chorusInvalidArgument, "color={} must be at least 0, or CHORUS_SPLIT_NOCOLOR ({})", color,
-           CHORUS_SPLIT_NOCOLOR);
-    const Config settings = config != nullptr ? withSettings(config) : c->config();
+    // A bad color or config is this rank's error, yet it still takes its part in the exchange and tells the others
+    // why: they fail at once naming it instead of waiting out the creation timeout, and every rank's count of split
+    // rounds stays the same, so the next split meets (Note [Rendezvous]).
+    std::exception_ptr refused;
+    Config settings = c->config();
+    try {
+      if (color < 0 && color != CHORUS_SPLIT_NOCOLOR)
+        fail(chorusInvalidArgument, "color={} must be at least 0, or CHORUS_SPLIT_NOCOLOR ({})", color,
+             CHORUS_SPLIT_NOCOLOR);
+      if (config != nullptr) settings = withSettings(config);
+    } catch (const Error&) {
+      refused = std::current_exception();
+    }
     // Every rank's color and key through a root on rank 0's rendezvous listener, not through comm: comm may have
     // failed (Note [Rendezvous]).
     const int n = c->nranks(), me = c->rank();
@@ -188,16 +212,25 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
     mine.rank = me;
     mine.nranks = n;
     mine.pid = getpid();
-    const int32_t colorKey[2] = {color, key};
+    const int32_t colorKey[2] = {refused ? kRefusedColor : color, key};
     mine.payload.assign(reinterpret_cast<const uint8_t*>(colorKey), reinterpret_cast<const uint8_t*>(colorKey + 2));
+    if (refused) {
+      std::string why = refusalText(refused).substr(0, kMaxRendezvousPayload - sizeof colorKey);
+      mine.payload.insert(mine.payload.end(), why.begin(), why.end());
+    }
     BootstrapResult all = exchangeWithRoot(rv.root(0, -1, settings.initTimeoutSec), mine,
                                            deadlineIn(settings.initTimeoutSec));
+    if (refused) std::rethrow_exception(refused);
     std::vector<int> members;  // ranks in comm of this rank's new communicator, in its order
     std::vector<int32_t> keys(static_cast<size_t>(n));
     for (const RankInfo& r : all.ranks) {
       int32_t ck[2];
-      if (r.payload.size() != sizeof ck) fail(chorusRemoteError, "rank {} sent a malformed color and key", r.rank);
+      if (r.payload.size() < sizeof ck) fail(chorusRemoteError, "rank {} sent a malformed color and key", r.rank);
       std::memcpy(ck, r.payload.data(), sizeof ck);
+      if (ck[0] == kRefusedColor)
+        fail(chorusRemoteError, "rank {} refused its arguments to chorusCommSplit ({}), so no communicator was "
+             "formed", r.rank, std::string(r.payload.begin() + sizeof ck, r.payload.end()));
+      if (r.payload.size() != sizeof ck) fail(chorusRemoteError, "rank {} sent a malformed color and key", r.rank);
       keys[static_cast<size_t>(r.rank)] = ck[1];
       if (color != CHORUS_SPLIT_NOCOLOR && ck[0] == color) members.push_back(r.rank);
     }

@@ -32,6 +32,7 @@ struct RankInfo {
   std::vector<uint8_t> rendezvous;          // its rendezvous listener's sockaddr (Note [Rendezvous])
   std::vector<uint8_t> payload;             // what a rendezvous exchange carries (chorusCommSplit: color, key)
 };
+constexpr size_t kMaxRendezvousPayload = 256;  // RankInfo::payload's bound on the wire
 
 struct UniqueIdData {
   uint64_t secret = 0;
