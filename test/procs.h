@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 extern char** environ;
 
 namespace chorus::test {
@@ -328,6 +330,16 @@ inline std::string chorusrunPath() {
   if (const char* b = std::getenv("TEST_BUILD_DIR"); b && *b) return std::string(b) + "/scripts/chorusrun";
   std::string exe = selfExe();
   return exe.substr(0, exe.rfind('/')) + "/../scripts/chorusrun";
+}
+
+// main() of a suite whose binary is also its worker program: "--worker=NAME" runs scenario NAME instead of the
+// tests. All ranks are local: loopback unless CHORUS_SOCKET_IFNAME says otherwise.
+inline int testsOrWorker(int argc, char** argv, int (*runWorker)(const std::string&)) {
+  setenv("CHORUS_SOCKET_IFNAME", "=lo", 0);
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--worker=", 9) == 0) return runWorker(argv[i] + 9);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }
 
 }  // namespace chorus::test

@@ -446,10 +446,4 @@ TEST(Liveness, AMismatchedCollectiveFailsEveryRankPromptly) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  setenv("CHORUS_SOCKET_IFNAME", "=lo", 0);  // all ranks are local: loopback unless told otherwise
-  for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--worker=", 9) == 0) return runWorker(argv[i] + 9);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return chorus::test::testsOrWorker(argc, argv, runWorker); }
