@@ -99,7 +99,7 @@ for n in sorted({k[1] for k in runs if k[0] == vs}):
     for size in sorted(runs[ours]):
         small = size < 64 << 10
         mine = point(ours, size)
-        cands = [(point(k, size), k) for k in others if point(k, size) is not None]
+        cands = [(p, k) for k in others if (p := point(k, size)) is not None]
         if not cands:
             continue
         best = min(cands, key=lambda c: c[0][0]) if small else max(cands, key=lambda c: c[0][1])

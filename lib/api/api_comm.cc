@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "lib/api/api_guard.h"
@@ -155,14 +155,6 @@ Config withSettings(const chorusConfig_t* config) {
 // What a split's exchange carries in place of a color when the rank refused its own arguments; no valid color is
 // this negative (CHORUS_SPLIT_NOCOLOR is -1).
 constexpr int32_t kRefusedColor = INT32_MIN;
-
-std::string refusalText(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-}
 }  // namespace
 
 chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank,
@@ -189,15 +181,15 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
     // A bad color or config is this rank's error, yet it still takes its part in the exchange and tells the others
     // why: they fail at once naming it instead of waiting out the creation timeout, and every rank's count of split
     // rounds stays the same, so the next split meets (Note [Rendezvous]).
-    std::exception_ptr refused;
+    std::optional<Error> refused;
     Config settings = c->config();
     try {
       if (color < 0 && color != CHORUS_SPLIT_NOCOLOR)
         fail(chorusInvalidArgument, "color={} must be at least 0, or CHORUS_SPLIT_NOCOLOR ({})", color,
              CHORUS_SPLIT_NOCOLOR);
       if (config != nullptr) settings = withSettings(config);
-    } catch (const Error&) {
-      refused = std::current_exception();
+    } catch (const Error& e) {
+      refused = e;
     }
     // Every rank's color and key through a root on rank 0's rendezvous listener, not through comm: comm may have
     // failed (Note [Rendezvous]).
@@ -215,19 +207,19 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
     const int32_t colorKey[2] = {refused ? kRefusedColor : color, key};
     mine.payload.assign(reinterpret_cast<const uint8_t*>(colorKey), reinterpret_cast<const uint8_t*>(colorKey + 2));
     if (refused) {
-      std::string why = refusalText(refused).substr(0, kMaxRendezvousPayload - sizeof colorKey);
+      std::string why = std::string(refused->what()).substr(0, kMaxRendezvousPayload - sizeof colorKey);
       mine.payload.insert(mine.payload.end(), why.begin(), why.end());
     }
     BootstrapResult all = exchangeWithRoot(rv.root(0, -1, settings.initTimeoutSec), mine,
                                            deadlineIn(settings.initTimeoutSec));
-    if (refused) std::rethrow_exception(refused);
+    if (refused) throw *refused;
     std::vector<int> members;  // ranks in comm of this rank's new communicator, in its order
     std::vector<int32_t> keys(static_cast<size_t>(n));
     for (const RankInfo& r : all.ranks) {
-      int32_t ck[2];
-      if (r.payload.size() < sizeof ck) fail(chorusRemoteError, "rank {} sent a malformed color and key", r.rank);
-      std::memcpy(ck, r.payload.data(), sizeof ck);
-      if (ck[0] == kRefusedColor)
+      int32_t ck[2] = {0, 0};
+      const bool whole = r.payload.size() >= sizeof ck;
+      if (whole) std::memcpy(ck, r.payload.data(), sizeof ck);
+      if (whole && ck[0] == kRefusedColor)
         fail(chorusRemoteError, "rank {} refused its arguments to chorusCommSplit ({}), so no communicator was "
              "formed", r.rank, std::string(r.payload.begin() + sizeof ck, r.payload.end()));
       if (r.payload.size() != sizeof ck) fail(chorusRemoteError, "rank {} sent a malformed color and key", r.rank);
