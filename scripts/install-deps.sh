@@ -5,6 +5,7 @@ pkgs=(meson ninja-build pkg-config g++ libgtest-dev libgmock-dev libbenchmark-de
       libsodium-dev  # connections' and heartbeats' MACs (Note [Authentication])
       clang-14 libclang-rt-14-dev  # the libFuzzer targets (scripts/fuzz.sh)
       libucx-dev ucx-utils  # the UCX transport plugin
+      libibverbs-dev  # the ibverbs transport plugin
       iproute2 iptables libnetfilter-queue-dev  # scripts/netns-cluster (simulated hosts)
       libtorch-dev pybind11-dev python3-torch python3-pytest)  # chorus_torch, the torch.distributed backend
 missing=()

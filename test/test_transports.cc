@@ -4,7 +4,8 @@
 // over shm/tcp and forcing ucx fails naming why; libchorus.so needs no UCX library; as root, a communicator
 // of 2 simulated hosts x 2 ranks with shm inside a host and UCX across; and, driving transports directly, the
 // handshake with strangers on the ports, a peer that never connects, a rank that blocks right after its setup,
-// and UCX addresses that do not unpack.
+// and UCX addresses that do not unpack; the ibverbs plugin without an RDMA device says why, and with one forms
+// communicators and names bad settings.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -211,7 +212,7 @@ TEST(Plugins, WithoutTheUcxPluginShmAndTcpStillForm) {
   ASSERT_EQ(runShell("cp " + buildDir() + "/test/allreduce_check " + buildDir() + "/scripts/chorus_info " +
                      dir.path + "/").status, 0);
   RunResult r = runShell("env -u CHORUS_PLUGIN_PATH " + dir.path + "/chorus_info");
-  EXPECT_NE(r.output.find("ucx    n/a"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ucx      n/a"), std::string::npos) << r.output;
   const std::string run = "env -u CHORUS_PLUGIN_PATH CHORUS_CHUNK_BYTES=4K " + buildDir() + "/scripts/chorusrun -n 2 -- ";
   r = runShell(run + dir.path + "/allreduce_check");
   EXPECT_EQ(r.status, 0) << r.output;
@@ -219,6 +220,63 @@ TEST(Plugins, WithoutTheUcxPluginShmAndTcpStillForm) {
   r = runShell("CHORUS_TRANSPORTS=ucx " + run + dir.path + "/allreduce_check");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("transport ucx is not available"), std::string::npos) << r.output;
+}
+
+namespace {
+
+// chorus_info's line for ibverbs when it is not usable here ("" when it is, or was not built).
+std::string ibverbsUnavailable() {
+  RunResult r = runShell(buildDir() + "/scripts/chorus_info");
+  const size_t at = r.output.find("  ibverbs  n/a");
+  if (at == std::string::npos) return "";
+  return r.output.substr(at + 2, r.output.find('\n', at) - at - 2);
+}
+
+bool ibverbsBuilt() {
+  return runShell("test -f " + buildDir() + "/transports/ibverbs/libchorus-ibverbs.so").status == 0;
+}
+
+}  // namespace
+
+// Without an RDMA device (this project's machines: the kernel has no RDMA), chorus_info says why in
+// ibv_get_device_list's words, and a communicator told to use ibverbs fails with that text instead of forming
+// without it.
+TEST(Ibverbs, WithoutADeviceChorusInfoSaysWhyAndForcingItFails) {
+  Watchdog wd(120);
+  if (!ibverbsBuilt()) GTEST_SKIP() << "the ibverbs plugin was not built (no libibverbs-dev)";
+  const std::string why = ibverbsUnavailable();
+  if (why.empty()) GTEST_SKIP() << "this machine has an active RDMA port: nothing to refuse";
+  EXPECT_NE(why.find("no RDMA device (ibv_get_device_list: "), std::string::npos) << why;
+  RunResult r = runShell("CHORUS_TRANSPORTS=ibverbs " + buildDir() + "/scripts/chorusrun -n 2 -- " + buildDir() +
+                         "/test/allreduce_check");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("transport ibverbs is not available: no RDMA device (ibv_get_device_list: "),
+            std::string::npos) << r.output;
+  // Not named, it is left out and the others form the communicator.
+  r = runShell("CHORUS_CHUNK_BYTES=4K " + buildDir() + "/scripts/chorusrun -n 2 -- " + buildDir() +
+               "/test/allreduce_check");
+  EXPECT_EQ(r.status, 0) << r.output;
+}
+
+// With an RDMA device: every pair over ibverbs (through the port's loopback on one host), and settings that name
+// no device or no GID fail at creation naming them. SKIPs with the reason where there is no device.
+TEST(Ibverbs, OnADeviceEveryPairRunsAndBadSettingsAreNamed) {
+  Watchdog wd(300);
+  if (!ibverbsBuilt()) GTEST_SKIP() << "the ibverbs plugin was not built (no libibverbs-dev)";
+  if (std::string why = ibverbsUnavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::string run = buildDir() + "/scripts/chorusrun -n 3 -- " + buildDir() + "/test/allreduce_check";
+  for (const char* qps : {"1", "3"}) {
+    RunResult r = runShell(std::string("CHORUS_TRANSPORTS=ibverbs CHORUS_IB_QPS_PER_PEER=") + qps +
+                           " CHORUS_CHUNK_BYTES=64K " + run);
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("rank 2: 600 cases ok"), std::string::npos) << r.output;
+  }
+  RunResult r = runShell("CHORUS_TRANSPORTS=ibverbs CHORUS_IB_HCA==no_such_hca " + run);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("CHORUS_IB_HCA='=no_such_hca' names no RDMA device"), std::string::npos) << r.output;
+  r = runShell("CHORUS_TRANSPORTS=ibverbs CHORUS_IB_GID_INDEX=65000 " + run);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("CHORUS_IB_GID_INDEX=65000"), std::string::npos) << r.output;
 }
 
 // 2 simulated hosts x 2 ranks: shm between the ranks of a host, UCX (over TCP: UCX would otherwise find shared

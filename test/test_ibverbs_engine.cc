@@ -1,0 +1,556 @@
+// The ibverbs transport's protocol engine (transports/ibverbs/engine.h) without a device: two channels wired back
+// to back through a memory fabric that behaves as reliable-connected queue pairs do (each queue pair delivers in
+// order, queue pairs interleave at random, a SEND takes the peer's next posted receive) and that checks what
+// hardware would: a SEND with no receive posted (an overrun: the credits failed), keys and bounds of every
+// local and remote access, buffers that must still be alive when the transfer runs. This tests our protocol, not
+// verbs: the verbs calls only run on hardware (scripts/rdma-check.sh).
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <random>
+
+#include "lib/base/error.h"
+#include "transports/ibverbs/engine.h"
+
+using namespace chorus;
+using namespace chorus::transport::ibverbs;
+
+namespace {
+
+// One side's memory registrations: keys name regions, as a protection domain's do.
+class FakeNic : public Registrar {
+ public:
+  Registration registerMemory(uintptr_t base, size_t length) override {
+    Registration r{base, length, next_, next_ + 1000000, nullptr};
+    ++next_;
+    regions_[r.lkey] = r;
+    return r;
+  }
+  void deregister(const Registration& r) noexcept override { regions_.erase(r.lkey); }
+  bool covers(uint32_t key, bool remote, uintptr_t addr, size_t len) const {
+    auto it = regions_.find(remote ? key - 1000000 : key);
+    if (it == regions_.end()) return false;
+    const Registration& r = it->second;
+    return addr >= r.base && addr + len <= r.base + r.length;
+  }
+  size_t regions() const { return regions_.size(); }
+
+ private:
+  uint32_t next_ = 1;
+  std::map<uint32_t, Registration> regions_;
+};
+
+struct Wqe {
+  uint64_t wrId;
+  void* addr;
+  size_t len;
+  uint32_t lkey;
+};
+
+struct WireOp {
+  bool write;
+  uint64_t wrId;
+  const void* addr;
+  size_t len;
+  uint32_t lkey;
+  std::optional<std::vector<uint8_t>> inlined;
+  uint64_t raddr = 0;
+  uint32_t rkey = 0;
+  bool withImm = false;
+  uint32_t imm = 0;
+};
+
+class Pair;
+
+class MemoryFabric : public Fabric {
+ public:
+  MemoryFabric(Pair& pair, int side) : pair_(pair), side_(side) {}
+  size_t maxInline() const override { return 128; }
+  void postSend(int qp, uint64_t wrId, const void* addr, size_t len, uint32_t lkey, bool inlined) override;
+  void postWrite(int qp, uint64_t wrId, const void* addr, size_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+                 bool withImm, uint32_t imm) override;
+  void postRecv(int qp, uint64_t wrId, void* addr, size_t len, uint32_t lkey) override;
+
+ private:
+  Pair& pair_;
+  int side_;
+};
+
+// Two ranks' channels and the wire between them.
+class Pair {
+ public:
+  explicit Pair(const ChannelConfig& config, unsigned seed = 1, size_t cacheBytes = 64 << 20)
+      : config_(config), rng_(seed) {
+    for (int s = 0; s < 2; ++s) {
+      rq_[s].resize(size_t(config.qps));
+      wire_[s].resize(size_t(config.qps));
+      fabric_[s].emplace(*this, s);
+      cache_[s].emplace(nic_[s], cacheBytes);
+    }
+    for (int s = 0; s < 2; ++s)
+      ch_[s].emplace(config, *fabric_[s], nic_[s], *cache_[s], fmt::format("rank {}", s),
+                     fmt::format("rank {}", 1 - s));
+    for (int s = 0; s < 2; ++s) ch_[s]->start();
+  }
+
+  Channel& operator[](int s) { return *ch_[s]; }
+
+  // Runs the wire one step: one work request (of a queue pair picked at random) executes, then both sides take
+  // their completions and advance. False when nothing was in flight.
+  bool step() {
+    std::vector<std::pair<int, int>> busy;
+    for (int s = 0; s < 2; ++s)
+      for (int q = 0; q < config_.qps; ++q)
+        if (!wire_[s][size_t(q)].empty()) busy.push_back({s, q});
+    if (!busy.empty()) {
+      auto [s, q] = busy[std::uniform_int_distribution<size_t>(0, busy.size() - 1)(rng_)];
+      WireOp op = std::move(wire_[s][size_t(q)].front());
+      wire_[s][size_t(q)].pop_front();
+      execute(s, q, op);
+    }
+    for (int s = 0; s < 2; ++s) {
+      while (!cq_[s].empty()) {
+        Completion c = cq_[s].front();
+        cq_[s].pop_front();
+        ch_[s]->onCompletion(c);
+      }
+      ch_[s]->advance();
+    }
+    return !busy.empty();
+  }
+
+  // Steps until done() holds; false if the wire went idle (or the bound passed) first.
+  template <typename F>
+  bool runUntil(F done, int maxSteps = 1000000) {
+    for (int i = 0; i < maxSteps; ++i) {
+      if (done()) return true;
+      if (!step() && !done()) {
+        // Nothing in flight: one more round of advance may post something; if not, it is stuck.
+        if (!step()) return done();
+      }
+    }
+    return done();
+  }
+
+  void injectFailure(int side, const std::string& status) {
+    Completion c;
+    c.ok = false;
+    c.kind = Completion::Kind::Send;
+    c.status = status;
+    cq_[side].push_back(c);
+  }
+
+  const std::string& violation() const { return violation_; }
+  FakeNic& nic(int s) { return nic_[s]; }
+  RegCache& cache(int s) { return *cache_[s]; }
+  size_t postedReceives(int s, int qp) const { return rq_[s][size_t(qp)].size(); }
+
+  void post(int side, int qp, WireOp op) { wire_[side][size_t(qp)].push_back(std::move(op)); }
+  void postRecv(int side, int qp, Wqe w) {
+    if (w.len > 0 && !nic_[side].covers(w.lkey, false, reinterpret_cast<uintptr_t>(w.addr), w.len))
+      note("a receive posted with a key that does not cover its buffer");
+    rq_[side][size_t(qp)].push_back(w);
+  }
+
+ private:
+  void note(const std::string& v) {
+    if (violation_.empty()) violation_ = v;
+  }
+
+  void execute(int s, int q, const WireOp& op) {
+    const int peer = 1 - s;
+    const uint8_t* src = op.inlined ? op.inlined->data() : static_cast<const uint8_t*>(op.addr);
+    if (!op.inlined && op.len > 0 && !nic_[s].covers(op.lkey, false, reinterpret_cast<uintptr_t>(op.addr), op.len))
+      note("a local buffer was not registered (or no longer) when its transfer ran");
+    Completion mine;
+    mine.qp = q;
+    mine.wrId = op.wrId;
+    if (!op.write) {
+      mine.kind = Completion::Kind::Send;
+      auto& rq = rq_[peer][size_t(q)];
+      if (rq.empty()) {
+        note(fmt::format("side {} overran side {}'s receive queue {} (the credits failed)", s, peer, q));
+        return;
+      }
+      Wqe w = rq.front();
+      rq.pop_front();
+      if (op.len > w.len) note("a SEND longer than the receive it landed in");
+      std::memcpy(w.addr, src, std::min(op.len, w.len));
+      Completion theirs;
+      theirs.kind = Completion::Kind::Recv;
+      theirs.qp = q;
+      theirs.wrId = w.wrId;
+      theirs.bytes = uint32_t(op.len);
+      cq_[peer].push_back(theirs);
+    } else {
+      mine.kind = Completion::Kind::Write;
+      if (!nic_[peer].covers(op.rkey, true, op.raddr, op.len)) {
+        note("an RDMA write outside the remote key's region");
+        return;
+      }
+      if (op.len > 0) std::memcpy(reinterpret_cast<void*>(op.raddr), src, op.len);
+      if (op.withImm) {
+        auto& rq = rq_[peer][size_t(q)];
+        if (rq.empty()) {
+          note(fmt::format("side {}'s write with immediate found no receive on side {}'s queue pair {}", s, peer, q));
+          return;
+        }
+        Wqe w = rq.front();
+        rq.pop_front();
+        Completion theirs;
+        theirs.kind = Completion::Kind::RecvImm;
+        theirs.qp = q;
+        theirs.wrId = w.wrId;
+        theirs.bytes = uint32_t(op.len);
+        theirs.imm = op.imm;
+        cq_[peer].push_back(theirs);
+      }
+    }
+    cq_[s].push_back(mine);
+  }
+
+  ChannelConfig config_;
+  std::mt19937 rng_;
+  FakeNic nic_[2];
+  std::optional<MemoryFabric> fabric_[2];
+  std::optional<RegCache> cache_[2];
+  std::optional<Channel> ch_[2];
+  std::vector<std::deque<Wqe>> rq_[2];
+  std::vector<std::deque<WireOp>> wire_[2];
+  std::deque<Completion> cq_[2];
+  std::string violation_;
+};
+
+void MemoryFabric::postSend(int qp, uint64_t wrId, const void* addr, size_t len, uint32_t lkey, bool inlined) {
+  WireOp op{false, wrId, addr, len, lkey, std::nullopt};
+  if (inlined) op.inlined.emplace(static_cast<const uint8_t*>(addr), static_cast<const uint8_t*>(addr) + len);
+  pair_.post(side_, qp, std::move(op));
+}
+
+void MemoryFabric::postWrite(int qp, uint64_t wrId, const void* addr, size_t len, uint32_t lkey, uint64_t raddr,
+                             uint32_t rkey, bool withImm, uint32_t imm) {
+  pair_.post(side_, qp, WireOp{true, wrId, addr, len, lkey, std::nullopt, raddr, rkey, withImm, imm});
+}
+
+void MemoryFabric::postRecv(int qp, uint64_t wrId, void* addr, size_t len, uint32_t lkey) {
+  pair_.postRecv(side_, qp, Wqe{wrId, addr, len, lkey});
+}
+
+OpTag tagFor(uint64_t seq, uint64_t count, OpKind kind = OpKind::Send) {
+  OpTag t;
+  t.seq = seq;
+  t.count = count;
+  t.root = 0;
+  t.kind = kind;
+  t.dtype = chorusUint8;
+  return t;
+}
+
+std::vector<uint8_t> pattern(size_t len, unsigned seed) {
+  std::vector<uint8_t> v(len);
+  for (size_t i = 0; i < len; ++i) v[i] = uint8_t((i * 131 + seed * 7919 + (i >> 8)) & 0xff);
+  return v;
+}
+
+ChannelConfig smallConfig(int qps = 1) {
+  ChannelConfig c;
+  c.qps = qps;
+  c.eagerBytes = 256;
+  c.credits = 8;
+  c.advertised = 2;
+  c.stripeBytes = 1024;
+  c.maxWriteBytes = 4096;
+  c.sendQueueDepth = 16;
+  return c;
+}
+
+// Sends each size from side `from` to the other, receives posted first or after, and checks every byte.
+void exchange(Pair& p, int from, const std::vector<size_t>& sizes, bool recvFirst) {
+  const int to = 1 - from;
+  std::vector<std::vector<uint8_t>> out, in;
+  std::vector<Request> sreq(sizes.size()), rreq(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out.push_back(pattern(sizes[i], unsigned(i + 1)));
+    in.emplace_back(sizes[i], 0xee);
+  }
+  auto postRecvs = [&] {
+    for (size_t i = 0; i < sizes.size(); ++i) p[to].irecv(in[i].data(), sizes[i], tagFor(i, sizes[i]), &rreq[i]);
+  };
+  if (recvFirst) postRecvs();
+  for (size_t i = 0; i < sizes.size(); ++i) p[from].isend(out[i].data(), sizes[i], tagFor(i, sizes[i]), &sreq[i]);
+  if (!recvFirst) {
+    p.runUntil([] { return false; }, 2000);
+    postRecvs();
+  }
+  ASSERT_TRUE(p.runUntil([&] {
+    for (size_t i = 0; i < sizes.size(); ++i)
+      if (!sreq[i].done || !rreq[i].done) return false;
+    return true;
+  })) << p.violation();
+  EXPECT_EQ(p.violation(), "");
+  for (size_t i = 0; i < sizes.size(); ++i) EXPECT_EQ(in[i], out[i]) << "message " << i << " of " << sizes[i];
+}
+
+}  // namespace
+
+TEST(IbverbsPlan, PiecesPartitionTheMessageAndEndEachQueuePairWithAnImmediate) {
+  for (int qps : {1, 2, 3, 4, 8})
+    for (size_t len : {size_t(1), size_t(1023), size_t(1024), size_t(4095), size_t(10000), size_t(65537),
+                       size_t(1) << 20}) {
+      ChannelConfig c = smallConfig(qps);
+      auto pieces = planPieces(c, len);
+      size_t at = 0;
+      std::map<int, int> lasts;
+      for (const Piece& p : pieces) {
+        EXPECT_EQ(p.offset, at);
+        EXPECT_LE(p.len, c.maxWriteBytes);
+        EXPECT_GT(p.len, 0u);
+        at += p.len;
+        if (p.last) ++lasts[p.qp];
+      }
+      EXPECT_EQ(at, len);
+      EXPECT_EQ(int(lasts.size()), queuePairsUsed(c, len));
+      for (auto [qp, n] : lasts) EXPECT_EQ(n, 1) << "queue pair " << qp;
+      EXPECT_EQ(queuePairsUsed(c, len), int(std::min<size_t>(std::max<size_t>(len / 1024, 1), size_t(qps))));
+    }
+}
+
+TEST(IbverbsEngine, EagerMessagesOfEverySizeArriveWhole) {
+  Pair p(smallConfig());
+  exchange(p, 0, {0, 1, 7, 64, 128 - kHeaderBytes, 200, 255, 256}, true);
+  exchange(p, 1, {256, 3, 0, 100}, false);
+}
+
+TEST(IbverbsEngine, RendezvousMessagesAreWrittenInPlaceOverEveryQueuePair) {
+  for (int qps : {1, 2, 4}) {
+    Pair p(smallConfig(qps), unsigned(qps));
+    exchange(p, 0, {257, 1024, 2047, 4096 + 3, 3 * 4096 + 17, 100000}, true);
+    exchange(p, 1, {300000, 257}, false);
+  }
+}
+
+TEST(IbverbsEngine, ASenderFarAheadOfItsReceiverNeverOverrunsIt) {
+  ChannelConfig c = smallConfig();
+  Pair p(c);
+  std::vector<size_t> sizes(500);
+  for (size_t i = 0; i < sizes.size(); ++i) sizes[i] = i % 3 == 0 ? 100 : i % 3 == 1 ? 0 : 256;
+  exchange(p, 0, sizes, false);
+  EXPECT_GT(p[0].stats().creditRequests, 0u);
+  EXPECT_GT(p[1].stats().unexpected, 0u);
+}
+
+TEST(IbverbsEngine, OneWayStreamReturnsCreditsWithoutTrafficBack) {
+  ChannelConfig c = smallConfig();
+  c.credits = 4;
+  Pair p(c, 7);
+  std::vector<uint8_t> out = pattern(64, 3), in(64);
+  int received = 0;
+  for (int i = 0; i < 2000; ++i) {
+    Request s, r;
+    p[1].irecv(in.data(), 64, tagFor(uint64_t(i), 64), &r);
+    p[0].isend(out.data(), 64, tagFor(uint64_t(i), 64), &s);
+    ASSERT_TRUE(p.runUntil([&] { return s.done && r.done; })) << "message " << i << ": " << p.violation();
+    received += in == out;
+  }
+  EXPECT_EQ(received, 2000);
+  EXPECT_EQ(p.violation(), "");
+  EXPECT_EQ(p[1].stats().eagerSent, 0u);  // nothing went back but credit returns
+}
+
+TEST(IbverbsEngine, AReceiveAdvertisedBeforeItsSendIsServedWhenTheSendComes) {
+  Pair p(smallConfig(2));
+  std::vector<uint8_t> out = pattern(50000, 9), in(50000);
+  Request s, r;
+  p[1].irecv(in.data(), in.size(), tagFor(0, in.size()), &r);
+  p.runUntil([] { return false; }, 100);  // the clear-to-send arrives before the send is posted
+  EXPECT_FALSE(r.done);
+  p[0].isend(out.data(), out.size(), tagFor(0, out.size()), &s);
+  ASSERT_TRUE(p.runUntil([&] { return s.done && r.done; })) << p.violation();
+  EXPECT_EQ(in, out);
+}
+
+TEST(IbverbsEngine, ReceivesOfOneClassWaitingForTheirSendsNeverHoldUpTheOther) {
+  ChannelConfig c = smallConfig(2);
+  Pair p(c);
+  // More standing rendezvous receives of the tagged class than may be advertised, none of them sent yet.
+  std::vector<std::vector<uint8_t>> standing(size_t(c.advertised) + 3, std::vector<uint8_t>(5000));
+  std::vector<Request> sreq(standing.size());
+  for (size_t i = 0; i < standing.size(); ++i)
+    p[1].irecv(standing[i].data(), 5000, tagFor(i, 5000, OpKind::Tagged), &sreq[i]);
+  // The data class still flows, eager and rendezvous.
+  exchange(p, 0, {10, 5000, 70000, 256, 257}, true);
+  for (const Request& r : sreq) EXPECT_FALSE(r.done);
+  // And the tagged messages arrive when sent, in their order.
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<Request> tsend(standing.size());
+  for (size_t i = 0; i < standing.size(); ++i) {
+    out.push_back(pattern(5000, unsigned(100 + i)));
+    p[0].isend(out[i].data(), 5000, tagFor(i, 5000, OpKind::Tagged), &tsend[i]);
+  }
+  ASSERT_TRUE(p.runUntil([&] {
+    for (size_t i = 0; i < standing.size(); ++i)
+      if (!sreq[i].done || !tsend[i].done) return false;
+    return true;
+  })) << p.violation();
+  for (size_t i = 0; i < standing.size(); ++i) EXPECT_EQ(standing[i], out[i]);
+}
+
+TEST(IbverbsEngine, RandomTrafficBothWaysMatchesItsReference) {
+  for (unsigned seed = 1; seed <= 12; ++seed) {
+    std::mt19937 rng(seed);
+    ChannelConfig c = smallConfig(int(seed % 3) + 1);
+    c.credits = int(seed % 4) + 1;
+    Pair p(c, seed);
+    struct Msg {
+      std::vector<uint8_t> out, in;
+      Request s, r;
+      OpTag tag;
+      int from;
+    };
+    std::deque<Msg> msgs;
+    std::uniform_int_distribution<size_t> size(0, 3 * 4096 + 100);
+    const int n = 300;
+    // Each side posts its sends and receives in its own order, interleaved with the wire's steps.
+    std::vector<size_t> sendNext(4, 0), recvNext(4, 0);
+    std::vector<std::vector<Msg*>> stream(4);  // [from * 2 + cls]
+    for (int i = 0; i < n; ++i) {
+      Msg& m = msgs.emplace_back();
+      m.from = int(rng() % 2);
+      const int cls = int(rng() % 2);
+      size_t len = rng() % 4 == 0 ? size(rng) : rng() % 300;
+      m.out = pattern(len, unsigned(i));
+      m.in.assign(len, 0);
+      m.tag = tagFor(stream[size_t(m.from * 2 + cls)].size(), len, cls ? OpKind::Tagged : OpKind::Send);
+      stream[size_t(m.from * 2 + cls)].push_back(&m);
+    }
+    for (int round = 0; round < 4 * n; ++round) {
+      const size_t k = rng() % 4;
+      if (rng() % 2 && sendNext[k] < stream[k].size()) {
+        Msg* m = stream[k][sendNext[k]++];
+        p[m->from].isend(m->out.data(), m->out.size(), m->tag, &m->s);
+      } else if (recvNext[k] < stream[k].size()) {
+        Msg* m = stream[k][recvNext[k]++];
+        p[1 - m->from].irecv(m->in.data(), m->in.size(), m->tag, &m->r);
+      }
+      for (int s = rng() % 3; s > 0; --s) p.step();
+    }
+    for (size_t k = 0; k < 4; ++k) {
+      while (sendNext[k] < stream[k].size()) {
+        Msg* m = stream[k][sendNext[k]++];
+        p[m->from].isend(m->out.data(), m->out.size(), m->tag, &m->s);
+      }
+      while (recvNext[k] < stream[k].size()) {
+        Msg* m = stream[k][recvNext[k]++];
+        p[1 - m->from].irecv(m->in.data(), m->in.size(), m->tag, &m->r);
+      }
+    }
+    ASSERT_TRUE(p.runUntil([&] {
+      for (const Msg& m : msgs)
+        if (!m.s.done || !m.r.done) return false;
+      return true;
+    })) << "seed " << seed << ": " << p.violation();
+    EXPECT_EQ(p.violation(), "") << "seed " << seed;
+    for (size_t i = 0; i < msgs.size(); ++i) ASSERT_EQ(msgs[i].in, msgs[i].out) << "seed " << seed << " message " << i;
+    EXPECT_FALSE(p[0].busy());
+    EXPECT_FALSE(p[1].busy());
+  }
+}
+
+namespace {
+
+// Runs the pair until it throws; returns the error (code and text).
+std::optional<Error> runToError(Pair& p, int maxSteps = 100000) {
+  try {
+    p.runUntil([] { return false; }, maxSteps);
+  } catch (const Error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST(IbverbsEngine, MismatchedCallsNameBothCallsOnBothPaths) {
+  {  // eager: different calls
+    Pair p(smallConfig());
+    uint8_t a[8] = {}, b[8];
+    Request s, r;
+    p[1].irecv(b, 8, tagFor(3, 8, OpKind::AllReduce), &r);
+    p[0].isend(a, 8, tagFor(4, 8, OpKind::Broadcast), &s);
+    auto e = runToError(p);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->code(), chorusInvalidUsage);
+    EXPECT_NE(std::string(e->what()).find("mismatched calls: rank 1 called AllReduce"), std::string::npos) << e->what();
+    EXPECT_NE(std::string(e->what()).find("rank 0 called Broadcast"), std::string::npos) << e->what();
+  }
+  for (bool senderLarger : {false, true}) {  // one side eager, the other rendezvous: the same call, sizes differ
+    Pair p(smallConfig());
+    std::vector<uint8_t> a(senderLarger ? 5000 : 100), b(senderLarger ? 100 : 5000);
+    Request s, r;
+    p[1].irecv(b.data(), b.size(), tagFor(0, 25, OpKind::AllGather), &r);
+    p[0].isend(a.data(), a.size(), tagFor(0, 25, OpKind::AllGather), &s);
+    auto e = runToError(p);
+    ASSERT_TRUE(e) << "sender larger: " << senderLarger;
+    EXPECT_EQ(e->code(), chorusInvalidUsage);
+    EXPECT_NE(std::string(e->what()).find("disagree on the size"), std::string::npos) << e->what();
+    EXPECT_NE(std::string(e->what()).find("5000"), std::string::npos) << e->what();
+  }
+}
+
+TEST(IbverbsEngine, APeerAbortIsReportedWithItsText) {
+  Pair p(smallConfig());
+  uint8_t b[8];
+  Request r;
+  p[1].irecv(b, 8, tagFor(0, 8), &r);
+  p[0].abort(chorusRemoteError, "rank 0 lost its mind");
+  auto e = runToError(p);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), chorusRemoteError);
+  EXPECT_EQ(std::string(e->what()), "rank 0 failed and aborted the communicator: rank 0 lost its mind");
+}
+
+TEST(IbverbsEngine, AFailedWorkRequestNamesThePeerAndTheStatus) {
+  Pair p(smallConfig());
+  p.injectFailure(0, "transport retry counter exceeded (vendor error 0x81)");
+  auto e = runToError(p);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), chorusRemoteError);
+  EXPECT_NE(std::string(e->what()).find("rank 0: connection to rank 1 failed"), std::string::npos) << e->what();
+  EXPECT_NE(std::string(e->what()).find("retry counter exceeded"), std::string::npos) << e->what();
+}
+
+TEST(IbverbsEngine, GoodbyeFailsOnlyTheReceivesItLeavesUnserved) {
+  Pair p(smallConfig(2));
+  std::vector<uint8_t> out = pattern(9000, 1), in(9000), late(16);
+  Request s, r, optionalReq, lateReq;
+  p[1].irecv(in.data(), in.size(), tagFor(0, in.size()), &r);
+  OpTag standing = tagFor(0, 16, OpKind::Tagged);
+  standing.root = kEnvelopeRoot;
+  optionalReq.optional = true;
+  p[1].irecv(late.data(), 16, standing, &optionalReq);
+  p[0].isend(out.data(), out.size(), tagFor(0, out.size()), &s);
+  p[0].bye();
+  ASSERT_TRUE(p.runUntil([&] { return r.done && p[0].closed(); })) << p.violation();
+  EXPECT_EQ(in, out);
+  EXPECT_TRUE(p[1].peerSaidBye());
+  EXPECT_FALSE(p[1].busy());  // the standing receive is optional
+  try {
+    p[1].irecv(late.data(), 16, tagFor(1, 16), &lateReq);
+    FAIL() << "a receive the peer will never serve was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), chorusRemoteError);
+    EXPECT_NE(std::string(e.what()).find("without sending the message of"), std::string::npos) << e.what();
+  }
+}
+
+TEST(IbverbsEngine, RegistrationsAreHeldOnlyWhileTransfersRun) {
+  ChannelConfig c = smallConfig(2);
+  Pair p(c, 3, /*cacheBytes=*/0);  // nothing cached: every lease's registration ends with the transfer
+  const size_t base0 = p.nic(0).regions(), base1 = p.nic(1).regions();
+  exchange(p, 0, {70000, 5000, 300}, true);
+  EXPECT_EQ(p.nic(0).regions(), base0);
+  EXPECT_EQ(p.nic(1).regions(), base1);
+  EXPECT_EQ(p.violation(), "");
+}

@@ -1,0 +1,535 @@
+// Note [ibverbs protocol]
+//  One Channel per peer drives that peer's reliable-connected queue pairs (QPs). Every message belongs to a class
+//  (Note [Message classes] in lib/base/ops.h) and gets the next number of its class between the pair on both
+//  sides; a receive takes the message with its own number, so messages are matched by number, not by arrival.
+//
+//  Eager. A payload of up to eagerBytes goes as one SEND on QP 0, header first, copied into a registered send
+//  slot (inline when the device takes it), and the send is done at once. The receiver copies it into the posted
+//  receive, or into an early-message store when that receive is not posted yet, and reposts the slot at once: a
+//  slot is never held, so no class can starve another of slots.
+//
+//  Rendezvous. Larger payloads are written into the receiver's buffer. The sender announces the message (RTS: its
+//  OpTag and length), so that a receiver that expects a shorter message or another call fails naming both
+//  instead of waiting for a message that will not come; the receiver does not wait for it. The receiver advertises a posted receive
+//  with a clear-to-send (CTS: its OpTag, length, address, rkey, from the registration cache); the sender checks
+//  the CTS against its call (a mismatch names both calls, as on every transport) and RDMA-WRITEs the payload,
+//  split over queue pairs by planPieces() (protocol.h), the last piece on each QP WITH IMMEDIATE (class and
+//  number): a QP's writes land in order, so when the receiver has seen one immediate per QP used, the payload
+//  is in place. At most `advertised` receives of each class are advertised at once, which bounds the receive
+//  work requests the immediates consume; per class, so that a standing receive waiting for a message that comes
+//  much later never holds up the other class.
+//
+//  Credits. A SEND consumes a receive the peer posted, so a sender never overruns a receiver: eager messages, RTSs
+//  and CTSs each take a credit (the peer posted `credits` slots for them), and every header returns credits by
+//  carrying how many such messages its sender has taken (`freed`; SENDs on QP 0 arrive in order, so the latest
+//  value is the count). A sender whose credits fall to half asks for more (kWantCredit, one request at a time);
+//  the receiver answers with a Credit message into a spare slot. Traffic in one direction alone thus never waits
+//  for traffic in the other, and a sender at zero credits always has an answer on its way: it asked when it
+//  crossed half, and the answer frees at least that half. Goodbye and abort use a second spare slot.
+//
+//  Leaving. A goodbye follows this side's last send and says how many messages of each class it sent: a
+//  receive numbered beyond them will never be served, and fails naming its call; one below may still be
+//  completing on another QP.
+#include "transports/ibverbs/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "lib/base/error.h"
+
+namespace chorus::transport::ibverbs {
+
+namespace {
+
+// A work request's id: what it is in the top byte, which slot or operation below.
+constexpr uint64_t kWrRecv = 1, kWrSend = 2, kWrWrite = 3;
+constexpr uint64_t wrId(uint64_t kind, uint64_t v) { return kind << 56 | v; }
+constexpr uint64_t wrKind(uint64_t id) { return id >> 56; }
+constexpr uint64_t wrValue(uint64_t id) { return id & ((uint64_t(1) << 56) - 1); }
+constexpr uint64_t recvValue(int qp, int slot) { return uint64_t(qp) << 24 | uint64_t(slot); }
+
+const char* kindName(Completion::Kind k) {
+  switch (k) {
+    case Completion::Kind::Send: return "send";
+    case Completion::Kind::Write: return "RDMA write";
+    case Completion::Kind::Recv: return "receive";
+    case Completion::Kind::RecvImm: return "receive (write with immediate)";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string describe(const ChannelConfig& c) {
+  return fmt::format("{} queue pairs, eager up to {} B, {} credits, {} advertised receives, stripes of {} B, writes of "
+                     "at most {} B, send queues of {}",
+                     c.qps, c.eagerBytes, c.credits, c.advertised, c.stripeBytes, c.maxWriteBytes, c.sendQueueDepth);
+}
+
+int queuePairsUsed(const ChannelConfig& c, size_t len) {
+  return int(std::clamp<size_t>(len / std::max<size_t>(c.stripeBytes, 1), 1, size_t(c.qps)));
+}
+
+std::vector<Piece> planPieces(const ChannelConfig& c, size_t len) {
+  std::vector<Piece> pieces;
+  const size_t k = size_t(queuePairsUsed(c, len));
+  const size_t share = len / k, extra = len % k;
+  size_t begin = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const size_t end = begin + share + (i < extra ? 1 : 0);
+    size_t at = begin;
+    do {
+      const size_t n = std::min(end - at, c.maxWriteBytes);
+      pieces.push_back({int(i), at, n, at + n == end});
+      at += n;
+    } while (at < end);
+    begin = end;
+  }
+  return pieces;
+}
+
+struct Channel::SendOp {
+  SendOp(const uint8_t* b, size_t l, const OpTag& t, Request* r, uint64_t s, int c, bool rv)
+      : buf(b), len(l), tag(t), req(r), msgSeq(s), cls(c), rendezvous(rv) {}
+  const uint8_t* buf;
+  size_t len;
+  OpTag tag;
+  Request* req;
+  uint64_t msgSeq;
+  int cls;
+  bool rendezvous;
+  bool announced = false;  // eager: sent; rendezvous: its RTS sent
+  uint64_t id = 0;
+  std::optional<WireHeader> cts;
+  std::optional<RegCache::Lease> lease;
+  std::vector<Piece> pieces;
+  size_t nextPiece = 0;
+  int inFlight = 0;
+};
+
+struct Channel::RecvOp {
+  RecvOp(uint8_t* b, size_t l, const OpTag& t, Request* r, uint64_t s, int c, bool rv)
+      : buf(b), len(l), tag(t), req(r), msgSeq(s), cls(c), rendezvous(rv) {}
+  uint8_t* buf;
+  size_t len;
+  OpTag tag;
+  Request* req;
+  uint64_t msgSeq;
+  int cls;
+  bool rendezvous;
+  bool advertised = false;
+  int immsLeft = 0;
+  std::optional<RegCache::Lease> lease;
+};
+
+Channel::Channel(const ChannelConfig& config, Fabric& fabric, Registrar& owned, RegCache& cache, std::string self,
+                 std::string peer)
+    : config_(config), fabric_(fabric), owned_(owned), cache_(cache), self_(std::move(self)), peer_(std::move(peer)),
+      sqOut_(size_t(config.qps), 0) {
+  const size_t slotBytes = kHeaderBytes + config_.eagerBytes;
+  for (int i = 0; i < recvSlots(config_, 0); ++i) recvSlots_.push_back(makeSlot(slotBytes));
+  // Enough for every credit plus the two spare messages; more only while completions lag behind.
+  for (int i = 0; i < config_.credits + 2; ++i) {
+    sendSlots_.push_back(makeSlot(slotBytes));
+    freeSendSlots_.push_back(config_.credits + 1 - i);
+  }
+}
+
+Channel::~Channel() {
+  for (auto& c : classes_) {
+    c.sends.clear();
+    c.recvs.clear();
+  }
+  for (Slot& s : recvSlots_) owned_.deregister(s.reg);
+  for (Slot& s : sendSlots_) owned_.deregister(s.reg);
+}
+
+Channel::Slot Channel::makeSlot(size_t bytes) {
+  Slot s;
+  s.mem.reset(new uint8_t[bytes]());
+  s.reg = owned_.registerMemory(reinterpret_cast<uintptr_t>(s.mem.get()), bytes);
+  return s;
+}
+
+void Channel::start() {
+  for (int qp = 0; qp < config_.qps; ++qp)
+    for (int i = 0; i < recvSlots(config_, qp); ++i) {
+      if (qp == 0)
+        fabric_.postRecv(0, wrId(kWrRecv, recvValue(0, i)), recvSlots_[size_t(i)].mem.get(),
+                         kHeaderBytes + config_.eagerBytes, recvSlots_[size_t(i)].reg.lkey);
+      else
+        fabric_.postRecv(qp, wrId(kWrRecv, recvValue(qp, i)), nullptr, 0, 0);
+    }
+}
+
+void Channel::failPeer(const std::string& what) const {
+  fail(chorusRemoteError, "{}: connection to {} {}", self_, peer_, what);
+}
+
+void Channel::mismatch(const OpTag& mine, size_t myLen, const WireHeader& theirs) const {
+  const OpTag got = tagOf(theirs);
+  if (got == mine)
+    fail(chorusInvalidUsage, "{} and {} disagree on the size of a message of {}: {} vs {} bytes", self_, peer_,
+         describe(got), myLen, theirs.len);
+  fail(chorusInvalidUsage, "mismatched calls: {} called {} but {} called {}", self_, describe(mine), peer_,
+       describe(got));
+}
+
+int Channel::credits() const { return config_.credits - int(sent_ - peerFreed_); }
+
+bool Channel::postControl(MsgType type, const WireHeader* proto, const void* payload, size_t len, bool spare) {
+  if (freeSendSlots_.empty() || sqOut_[0] >= config_.sendQueueDepth) return false;
+  if (!spare && credits() < 1) {
+    ++stats_.creditStalls;
+    return false;
+  }
+  const int idx = freeSendSlots_.back();
+  Slot& slot = sendSlots_[size_t(idx)];
+  WireHeader h{};
+  if (proto != nullptr) h = *proto;
+  h.type = type;
+  h.freed = freed_;
+  h.flags = 0;
+  if (!spare) {
+    ++sent_;
+    if (!creditAsked_ && credits() <= config_.credits / 2) {
+      h.flags |= kWantCredit;
+      creditAsked_ = true;
+      ++stats_.creditRequests;
+    }
+  }
+  std::memcpy(slot.mem.get(), &h, kHeaderBytes);
+  if (len > 0) std::memcpy(slot.mem.get() + kHeaderBytes, payload, len);
+  freeSendSlots_.pop_back();
+  ++sqOut_[0];
+  fabric_.postSend(0, wrId(kWrSend, uint64_t(idx)), slot.mem.get(), kHeaderBytes + len, slot.reg.lkey,
+                   kHeaderBytes + len <= fabric_.maxInline());
+  return true;
+}
+
+void Channel::isend(const void* buf, size_t len, const OpTag& tag, Request* req) {
+  if (peerSaidBye_) failPeer(fmt::format("has said goodbye, but this rank sends it {}", describe(tag)));
+  Class& c = classes_[messageClass(tag)];
+  req->done = false;
+  auto op = std::make_unique<SendOp>(static_cast<const uint8_t*>(buf), len, tag, req, c.nextSend++,
+                                     messageClass(tag), len > config_.eagerBytes);
+  if (auto it = c.earlyCts.find(op->msgSeq); it != c.earlyCts.end()) {
+    op->cts = it->second;
+    c.earlyCts.erase(it);
+    checkCts(*op, *op->cts);
+  }
+  c.sends.push_back(std::move(op));
+  advance();
+}
+
+void Channel::irecv(void* buf, size_t len, const OpTag& tag, Request* req) {
+  Class& c = classes_[messageClass(tag)];
+  req->done = false;
+  auto op = std::make_unique<RecvOp>(static_cast<uint8_t*>(buf), len, tag, req, c.nextRecv++, messageClass(tag),
+                                     len > config_.eagerBytes);
+  if (auto it = c.early.find(op->msgSeq); it != c.early.end()) {
+    Unexpected u = std::move(it->second);
+    c.early.erase(it);
+    const bool announced = u.header.type == MsgType::Rts;
+    if (op->rendezvous != announced || tagOf(u.header) != tag || u.header.len != len) mismatch(tag, len, u.header);
+    if (!announced) {
+      deliver(*op, u.payload.data());
+      return;
+    }
+  }
+  unserved(*op);
+  c.recvs.emplace(op->msgSeq, std::move(op));
+  advance();
+}
+
+void Channel::deliver(RecvOp& op, const uint8_t* payload) {
+  if (op.len > 0) std::memcpy(op.buf, payload, op.len);
+  op.req->done = true;
+}
+
+void Channel::unserved(const RecvOp& op) const {
+  if (peerSaidBye_ && op.msgSeq >= peerSent_[op.cls] && !optional(op.tag, op.req))
+    failPeer(fmt::format("closed (said goodbye) without sending the message of {} this rank waits for",
+                         describe(op.tag)));
+}
+
+void Channel::checkCts(const SendOp& op, const WireHeader& cts) const {
+  if (!op.rendezvous || tagOf(cts) != op.tag || cts.len != op.len) mismatch(op.tag, op.len, cts);
+}
+
+bool Channel::tryAnnounce(SendOp& op) {
+  WireHeader h{};
+  h.cls = uint8_t(op.cls);
+  h.kind = uint8_t(op.tag.kind);
+  h.dtype = op.tag.dtype;
+  h.redop = op.tag.redop;
+  h.root = op.tag.root;
+  h.msgSeq = op.msgSeq;
+  h.tagSeq = op.tag.seq;
+  h.count = op.tag.count;
+  h.len = op.len;
+  if (op.rendezvous) return op.announced = postControl(MsgType::Rts, &h, nullptr, 0, false);
+  if (!postControl(MsgType::Eager, &h, op.buf, op.len, false)) return false;
+  ++stats_.eagerSent;
+  op.req->done = true;
+  return true;
+}
+
+bool Channel::tryAdvertise(RecvOp& op) {
+  Class& c = classes_[op.cls];
+  if (int(c.advertised.size()) >= config_.advertised || credits() < 1 || freeSendSlots_.empty()) return false;
+  if (!op.lease) op.lease.emplace(cache_.acquire(op.buf, op.len));
+  WireHeader h{};
+  h.cls = uint8_t(op.cls);
+  h.kind = uint8_t(op.tag.kind);
+  h.dtype = op.tag.dtype;
+  h.redop = op.tag.redop;
+  h.root = op.tag.root;
+  h.msgSeq = op.msgSeq;
+  h.tagSeq = op.tag.seq;
+  h.count = op.tag.count;
+  h.len = op.len;
+  h.raddr = reinterpret_cast<uintptr_t>(op.buf);
+  h.rkey = op.lease->get().rkey;
+  if (!postControl(MsgType::Cts, &h, nullptr, 0, false)) return false;
+  op.advertised = true;
+  op.immsLeft = queuePairsUsed(config_, op.len);
+  c.advertised.emplace(seqBits(op.msgSeq), &op);
+  return true;
+}
+
+bool Channel::tryWrite(SendOp& op) {
+  if (op.pieces.empty()) {
+    op.lease.emplace(cache_.acquire(op.buf, op.len));
+    op.pieces = planPieces(config_, op.len);
+    op.id = nextOpId_++;
+    writing_.emplace(op.id, &op);
+  }
+  bool moved = false;
+  const Registration& reg = op.lease->get();
+  while (op.nextPiece < op.pieces.size()) {
+    const Piece& p = op.pieces[op.nextPiece];
+    if (sqOut_[size_t(p.qp)] >= config_.sendQueueDepth) break;
+    ++sqOut_[size_t(p.qp)];
+    ++op.inFlight;
+    ++op.nextPiece;
+    fabric_.postWrite(p.qp, wrId(kWrWrite, op.id), op.buf + p.offset, p.len, reg.lkey, op.cts->raddr + p.offset,
+                      op.cts->rkey, p.last, immFor(op.cls, op.msgSeq));
+    moved = true;
+  }
+  return moved;
+}
+
+bool Channel::advance() {
+  bool moved = false;
+  if (owesCredit_ && postControl(MsgType::Credit, nullptr, nullptr, 0, true)) {
+    owesCredit_ = false;
+    moved = true;
+  }
+  for (Class& c : classes_) {
+    for (auto it = c.sends.begin(); it != c.sends.end();) {
+      SendOp& op = **it;
+      if (!op.announced) {
+        if (!tryAnnounce(op)) break;
+        moved = true;
+        if (!op.rendezvous) {
+          it = c.sends.erase(it);
+          continue;
+        }
+      }
+      if (op.cts && op.nextPiece < std::max<size_t>(op.pieces.size(), 1) && tryWrite(op)) moved = true;
+      ++it;
+    }
+    for (auto& [seq, op] : c.recvs)
+      if (op->rendezvous && !op->advertised) {
+        if (!tryAdvertise(*op)) break;
+        moved = true;
+      }
+  }
+  if (!finalPosted_ && abortQueued_) {
+    const std::string& text = abortQueued_->second;
+    WireHeader h{};
+    h.root = abortQueued_->first;
+    h.len = std::min(text.size(), config_.eagerBytes);
+    if (postControl(MsgType::Abort, &h, text.data(), h.len, true)) finalPosted_ = moved = true;
+  } else if (!finalPosted_ && byeQueued_ && classes_[0].sends.empty() && classes_[1].sends.empty()) {
+    WireHeader h{};
+    h.msgSeq = classes_[0].nextSend;
+    h.tagSeq = classes_[1].nextSend;
+    if (postControl(MsgType::Bye, &h, nullptr, 0, true)) finalPosted_ = moved = true;
+  }
+  return moved;
+}
+
+void Channel::onCompletion(const Completion& c) {
+  if (!c.ok)
+    failPeer(fmt::format("failed: a {} on queue pair {} completed with {}", kindName(c.kind), c.qp, c.status));
+  const uint64_t v = wrValue(c.wrId);
+  switch (c.kind) {
+    case Completion::Kind::Send: {
+      if (wrKind(c.wrId) != kWrSend || v >= sendSlots_.size()) failPeer("completed an unknown send (internal error)");
+      --sqOut_[0];
+      freeSendSlots_.push_back(int(v));
+      return;
+    }
+    case Completion::Kind::Write: {
+      auto it = writing_.find(v);
+      if (wrKind(c.wrId) != kWrWrite || it == writing_.end()) failPeer("completed an unknown write (internal error)");
+      SendOp& op = *it->second;
+      --sqOut_[size_t(c.qp)];
+      if (--op.inFlight > 0 || op.nextPiece < op.pieces.size()) return;
+      ++stats_.rendezvousSent;
+      op.req->done = true;
+      writing_.erase(it);
+      auto& sends = classes_[op.cls].sends;
+      sends.erase(std::find_if(sends.begin(), sends.end(), [&](const auto& p) { return p.get() == &op; }));
+      return;
+    }
+    case Completion::Kind::Recv:
+    case Completion::Kind::RecvImm: {
+      const int qp = int(v >> 24), slot = int(v & 0xffffff);
+      if (wrKind(c.wrId) != kWrRecv || qp != c.qp || slot >= recvSlots(config_, qp))
+        failPeer("completed an unknown receive (internal error)");
+      if (c.kind == Completion::Kind::RecvImm) {
+        onImm(c.imm);
+      } else {
+        if (qp != 0 || c.bytes < kHeaderBytes)
+          failPeer(fmt::format("sent a message of {} bytes on queue pair {}: not this protocol", c.bytes, qp));
+        const uint8_t* mem = recvSlots_[size_t(slot)].mem.get();
+        WireHeader h;
+        std::memcpy(&h, mem, kHeaderBytes);
+        onMessage(h, mem + kHeaderBytes, c.bytes - kHeaderBytes);
+      }
+      if (qp == 0)
+        fabric_.postRecv(0, c.wrId, recvSlots_[size_t(slot)].mem.get(), kHeaderBytes + config_.eagerBytes,
+                         recvSlots_[size_t(slot)].reg.lkey);
+      else
+        fabric_.postRecv(qp, c.wrId, nullptr, 0, 0);
+      return;
+    }
+  }
+}
+
+void Channel::onMessage(const WireHeader& h, const uint8_t* payload, size_t bytes) {
+  if (h.cls > 1) failPeer(fmt::format("sent a message of class {}: not this protocol", h.cls));
+  if (peerSaidBye_) failPeer("sent a message after saying goodbye");
+  peerFreed_ = h.freed;
+  if (h.flags & kWantCredit) owesCredit_ = true;
+  switch (h.type) {
+    case MsgType::Eager:
+      if (bytes != h.len || h.len > config_.eagerBytes)
+        failPeer(fmt::format("sent {} bytes for an eager message of {}: not this protocol", bytes, h.len));
+      onEager(h, payload);
+      ++freed_;
+      return;
+    case MsgType::Rts:
+      onRts(h);
+      ++freed_;
+      return;
+    case MsgType::Cts:
+      onCts(h);
+      ++freed_;
+      return;
+    case MsgType::Credit:
+      creditAsked_ = false;
+      return;
+    case MsgType::Bye: {
+      peerSaidBye_ = true;
+      peerSent_[0] = h.msgSeq;
+      peerSent_[1] = h.tagSeq;
+      for (auto& c : classes_)
+        for (auto& [seq, op] : c.recvs) unserved(*op);
+      return;
+    }
+    case MsgType::Abort: {
+      const std::string text(reinterpret_cast<const char*>(payload), std::min<size_t>(bytes, h.len));
+      fail(h.root == chorusInvalidUsage ? chorusInvalidUsage : chorusRemoteError,
+           "{} failed and aborted the communicator: {}", peer_, text);
+    }
+  }
+  failPeer(fmt::format("sent a message of type {}: not this protocol", int(h.type)));
+}
+
+void Channel::onEager(const WireHeader& h, const uint8_t* payload) {
+  Class& c = classes_[h.cls];
+  auto it = c.recvs.find(h.msgSeq);
+  if (it == c.recvs.end()) {
+    if (h.msgSeq < c.nextRecv || c.early.count(h.msgSeq) != 0)
+      failPeer(fmt::format("sent message #{} of its class twice: not this protocol", h.msgSeq));
+    c.early.emplace(h.msgSeq, Unexpected{h, std::vector<uint8_t>(payload, payload + h.len)});
+    ++stats_.unexpected;
+    return;
+  }
+  RecvOp& op = *it->second;
+  if (op.rendezvous || tagOf(h) != op.tag || h.len != op.len) mismatch(op.tag, op.len, h);
+  deliver(op, payload);
+  c.recvs.erase(it);
+}
+
+void Channel::onRts(const WireHeader& h) {
+  Class& c = classes_[h.cls];
+  auto it = c.recvs.find(h.msgSeq);
+  if (it == c.recvs.end()) {
+    if (h.msgSeq < c.nextRecv || c.early.count(h.msgSeq) != 0)
+      failPeer(fmt::format("announced message #{} of its class twice: not this protocol", h.msgSeq));
+    c.early.emplace(h.msgSeq, Unexpected{h, {}});
+    return;
+  }
+  const RecvOp& op = *it->second;
+  if (!op.rendezvous || tagOf(h) != op.tag || h.len != op.len) mismatch(op.tag, op.len, h);
+}
+
+void Channel::onCts(const WireHeader& h) {
+  Class& c = classes_[h.cls];
+  auto it = std::find_if(c.sends.begin(), c.sends.end(), [&](const auto& op) { return op->msgSeq == h.msgSeq; });
+  if (it == c.sends.end()) {
+    if (h.msgSeq < c.nextSend)
+      fail(chorusInvalidUsage, "mismatched calls: {} expects message #{} from {} to be {} of {} bytes, but {} sent it "
+           "as a shorter message", peer_, h.msgSeq, self_, describe(tagOf(h)), h.len, self_);
+    if (!c.earlyCts.emplace(h.msgSeq, h).second)
+      failPeer(fmt::format("advertised message #{} of its class twice: not this protocol", h.msgSeq));
+    return;
+  }
+  SendOp& op = **it;
+  if (op.cts) failPeer(fmt::format("advertised message #{} of its class twice: not this protocol", h.msgSeq));
+  checkCts(op, h);
+  op.cts = h;
+}
+
+void Channel::onImm(uint32_t imm) {
+  Class& c = classes_[immClass(imm)];
+  auto it = c.advertised.find(immSeq(imm));
+  if (it == c.advertised.end())
+    failPeer(fmt::format("wrote message #{} of class {}, which this rank did not advertise: not this protocol",
+                         immSeq(imm), immClass(imm)));
+  RecvOp& op = *it->second;
+  if (--op.immsLeft > 0) return;
+  op.req->done = true;
+  c.advertised.erase(it);
+  c.recvs.erase(op.msgSeq);
+}
+
+void Channel::abort(chorusResult_t code, const std::string& text) {
+  if (!abortQueued_) abortQueued_.emplace(code, text);
+}
+
+void Channel::bye() { byeQueued_ = true; }
+
+bool Channel::closed() const { return finalPosted_ && outstanding() == 0; }
+
+bool Channel::busy() const {
+  for (const Class& c : classes_) {
+    if (!c.sends.empty()) return true;
+    for (const auto& [seq, op] : c.recvs)
+      if (!optional(op->tag, op->req)) return true;
+  }
+  return false;
+}
+
+int Channel::outstanding() const {
+  int n = 0;
+  for (int q : sqOut_) n += q;
+  return n;
+}
+
+}  // namespace chorus::transport::ibverbs
