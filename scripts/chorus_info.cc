@@ -76,8 +76,11 @@ int main(int argc, char** argv) {
   std::printf("\ntransports (default order first; plugins searched in");
   for (const std::string& d : tr::pluginSearchPath()) std::printf(" %s", d.c_str());
   std::printf("):\n");
-  for (const tr::Descriptor& d : tr::registered())
+  for (const tr::Descriptor& d : tr::registered()) {
     std::printf("  %-8s %-9s %s\n", d.name.c_str(), d.origin == "built-in" ? "built-in" : "plugin", d.origin.c_str());
+    if (const std::string what = d.describe ? d.describe() : ""; !what.empty())
+      std::printf("  %-8s %-9s %s\n", "", "", what.c_str());
+  }
   for (const tr::Unavailable& u : tr::unavailable())
     std::printf("  %-8s %-9s %s\n", u.name.c_str(), "n/a", u.why.c_str());
   std::printf("CHORUS_TRANSPORTS='%s' ->%s\n", chorus::envValue("CHORUS_TRANSPORTS").c_str(), order.c_str());

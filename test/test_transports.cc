@@ -264,6 +264,12 @@ TEST(Ibverbs, OnADeviceEveryPairRunsAndBadSettingsAreNamed) {
   Watchdog wd(300);
   if (!ibverbsBuilt()) GTEST_SKIP() << "the ibverbs plugin was not built (no libibverbs-dev)";
   if (std::string why = ibverbsUnavailable(); !why.empty()) GTEST_SKIP() << why;
+  // chorus_info names every port with its link layer, and the one a rank takes.
+  RunResult info = runShell(buildDir() + "/scripts/chorus_info");
+  EXPECT_NE(info.output.find("ports: "), std::string::npos) << info.output;
+  EXPECT_TRUE(info.output.find("InfiniBand, ") != std::string::npos ||
+              info.output.find("Ethernet, ") != std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("rank 0 takes "), std::string::npos) << info.output;
   const std::string run = buildDir() + "/scripts/chorusrun -n 3 -- " + buildDir() + "/test/allreduce_check";
   for (const char* qps : {"1", "3"}) {
     RunResult r = runShell(std::string("CHORUS_TRANSPORTS=ibverbs CHORUS_IB_QPS_PER_PEER=") + qps +

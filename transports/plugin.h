@@ -120,6 +120,12 @@ typedef struct {
   int (*settle)(void* transport, int64_t deadlineNs);
 } chorusTransportPlugin_v4_t;
 
+/* Optional, beside either table: a line about what the plugin found in this process (for the ibverbs plugin its
+ * ports and their link layers), printed by chorus_info. An exported function; its text stays valid until the
+ * next call; "" or NULL says nothing. Not part of the tables, so it has a version of its own. */
+#define CHORUS_PLUGIN_DESCRIBE_SYMBOL "chorusPluginDescribe_v1"
+typedef const char* (*chorusPluginDescribe_v1_t)(void);
+
 /* Note [Memory plugins]: a plugin may also (or instead) export chorusMemoryPlugin_v3, a device runtime's memory
  * (Note [Memory spaces] in lib/mem/space.h): which pointers are memory of its devices, and the data work the
  * algorithms do on them. It has its own version, bumped on any change to this table. Every function returns a

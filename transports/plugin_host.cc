@@ -305,7 +305,14 @@ bool loadOne(const std::string& path, std::optional<Descriptor>* out, std::strin
     std::string note = registerMemoryPlugin(memory, path);
     *memoryNote = fmt::format("device runtime {}: {}", memory->name, note.empty() ? "registered" : note);
   }
-  if (table != nullptr) *out = descriptorOf(table, path);
+  if (table != nullptr) {
+    *out = descriptorOf(table, path);
+    if (auto describe = reinterpret_cast<chorusPluginDescribe_v1_t>(dlsym(h, CHORUS_PLUGIN_DESCRIBE_SYMBOL)))
+      (*out)->describe = [describe] {
+        const char* text = describe();
+        return std::string(text != nullptr ? text : "");
+      };
+  }
   return true;
 }
 

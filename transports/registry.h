@@ -42,6 +42,8 @@ struct Descriptor {
   std::function<bool(const PeerInfo& a, const PeerInfo& b)> canConnect;
   // Throws chorus::Error (a bad setting of its own, a library failure).
   std::function<std::unique_ptr<Transport>(const Setup&)> create;
+  // What it found here, for chorus_info ("" or unset: nothing to say).
+  std::function<std::string()> describe;
 };
 
 // A transport that is known but cannot be used here, and why (plugin missing or refused, library missing).

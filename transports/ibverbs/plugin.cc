@@ -58,6 +58,22 @@ std::string unavailable() {
   return "no active RDMA port (" + ports + ")";
 }
 
+// Every port with its state and link layer, and the one a rank would take first, for chorus_info.
+std::string describePorts() {
+  std::string text;
+  for (const PortInfo& p : listPorts())
+    text += fmt::format("{}{} port {} ({}, {})", text.empty() ? "ports: " : ", ", p.device, p.port, p.linkLayer,
+                        p.state);
+  try {
+    const std::vector<PortInfo> chosen = selectPorts(parseHcaSpec(envValue("CHORUS_IB_HCA", kEnv)), listPorts());
+    text += fmt::format("; CHORUS_IB_HCA selects {} port(s), rank 0 takes {} port {}", chosen.size(),
+                        chosen[0].device, chosen[0].port);
+  } catch (const Error& e) {
+    text += fmt::format("; {}", e.what());
+  }
+  return text;
+}
+
 // Not measured here (no RDMA device on this project's machines): the figures of a 100 Gbit/s port, and a
 // pipeline chunk that keeps several writes in flight. scripts/rdma-check.sh measures them on hardware.
 LinkTraits traits() { return LinkTraits{2.0, 10.0, 4.0, 5.0, false, {{0, 512 * 1024}}}; }
@@ -79,3 +95,13 @@ const PluginSpec kSpec{
 
 extern "C" CHORUS_PLUGIN_EXPORT const chorusTransportPlugin_v4_t chorusTransportPlugin_v4 =
     chorus::transport::exportPlugin(chorus::transport::ibverbs::kSpec);
+
+extern "C" CHORUS_PLUGIN_EXPORT const char* chorusPluginDescribe_v1(void) {
+  static std::string text;
+  try {
+    text = chorus::transport::ibverbs::describePorts();
+  } catch (const std::exception& e) {
+    text = e.what();
+  }
+  return text.c_str();
+}
