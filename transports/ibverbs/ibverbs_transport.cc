@@ -77,6 +77,7 @@ class IbverbsTransport final : public Transport {
       : setup_(setup),
         settings_(settings),
         port_(choosePort(setup, settings), settings.gidIndex, cqDepth(setup, settings)),
+        pinned_(port_, false),
         registrar_(port_, port_.onDemandPaging()),
         // A pinned registration kept after its transfer may outlive the mapping it was made for (memory freed and
         // mapped again at the same address): only on-demand paging, which follows the page tables, is cached.
@@ -92,6 +93,7 @@ class IbverbsTransport final : public Transport {
     epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_) failErrno("epoll_create1");
     watch(port_.eventFd(), kEventsKey);
+    watch(port_.asyncFd(), kAsyncKey);
     CHORUS_INFO(kNet, "ibverbs on {}{}, handshakes on {} ({})", port_.name(),
                 port_.onDemandPaging() ? ", on-demand paging" : "", listenAddr_.str(), ifname);
   }
@@ -246,7 +248,7 @@ class IbverbsTransport final : public Transport {
     Fd sock;
     Hello hello;
   };
-  static constexpr uint64_t kEventsKey = ~uint64_t(0);
+  static constexpr uint64_t kEventsKey = ~uint64_t(0), kAsyncKey = ~uint64_t(1);
 
   static PortInfo choosePort(const Setup& setup, const Settings& s) {
     const std::vector<PortInfo> ports = selectPorts(s.hca, listPorts());
@@ -288,7 +290,7 @@ class IbverbsTransport final : public Transport {
     int recvDepth = 0;
     for (int q = 0; q < cfg.qps; ++q) recvDepth = std::max(recvDepth, recvSlots(cfg, q));
     c->qps = std::make_unique<QueuePairs>(port_, cfg.qps, cfg.sendQueueDepth, recvDepth, peerName(peer));
-    c->channel = std::make_unique<Channel>(cfg, *c->qps, registrar_, cache_, self(), peerName(peer));
+    c->channel = std::make_unique<Channel>(cfg, *c->qps, pinned_, cache_, self(), peerName(peer));
     c->channel->start();  // receives posted in INIT, before the peer learns the queue pair numbers
     for (int q = 0; q < c->qps->size(); ++q) byQpn_[c->qps->qpn(q)] = {peer, q};
     return *conns_.emplace(peer, std::move(c)).first->second;
@@ -398,6 +400,10 @@ class IbverbsTransport final : public Transport {
     const int n = epoll_wait(epoll_.get(), evs, 64, 0);
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.u64 == kEventsKey) continue;
+      if (evs[i].data.u64 == kAsyncKey) {
+        deviceEvents();
+        continue;
+      }
       const int peer = int(evs[i].data.u64);
       Conn& c = *conns_.at(peer);
       if (c.gone) continue;
@@ -414,6 +420,29 @@ class IbverbsTransport final : public Transport {
                self(), peerName(peer));
         });
     }
+  }
+
+  // The device's own reports: a port that went down fails every peer; a queue pair's fatal error fails its peer.
+  void deviceEvents() {
+    Port::AsyncEvent e;
+    while (port_.nextAsyncEvent(&e)) {
+      const char* what = ibv_event_type_str(e.type);
+      if (e.type == IBV_EVENT_PORT_ERR || e.type == IBV_EVENT_DEVICE_FATAL) {
+        if (!failure_)
+          failure_ = std::make_exception_ptr(Error(chorusRemoteError, fmt::format(
+              "{}: {} reported {}: every connection over it is lost", self(), port_.name(), what)));
+      } else if (e.type == IBV_EVENT_QP_FATAL || e.type == IBV_EVENT_QP_REQ_ERR ||
+                 e.type == IBV_EVENT_QP_ACCESS_ERR) {
+        auto it = byQpn_.find(e.qpNum);
+        if (it != byQpn_.end() && !failure_)
+          failure_ = std::make_exception_ptr(Error(chorusRemoteError, fmt::format(
+              "{}: connection to {} failed: its queue pair {} went to the error state ({})", self(),
+              peerName(it->second.first), it->second.second, what)));
+      } else {
+        CHORUS_DEBUG(kNet, "{}: {}: {}", self(), port_.name(), what);
+      }
+    }
+    if (failure_) std::rethrow_exception(failure_);
   }
 
   template <typename Done>
@@ -433,7 +462,8 @@ class IbverbsTransport final : public Transport {
   const Setup& setup_;
   const Settings settings_;
   Port port_;
-  VerbsRegistrar registrar_;
+  VerbsRegistrar pinned_;     // the engine's slots: registered once, used all the time
+  VerbsRegistrar registrar_;  // users' buffers: on demand where the device can
   RegCache cache_;
   Fd listener_;
   SockAddr listenAddr_;

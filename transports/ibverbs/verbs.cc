@@ -125,6 +125,7 @@ Port::Port(const PortInfo& info, int gidIndex, int cqDepth) {
     if (channel_ == nullptr)
       fail(chorusSystemError, "ibverbs: ibv_create_comp_channel on {} failed: {}", where, std::strerror(errno));
     fcntl(channel_->fd, F_SETFL, fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
+    fcntl(ctx_->async_fd, F_SETFL, fcntl(ctx_->async_fd, F_GETFL) | O_NONBLOCK);
     cq_ = ibv_create_cq(ctx_, cqDepth, nullptr, channel_, 0);
     if (cq_ == nullptr)
       fail(chorusSystemError, "ibverbs: ibv_create_cq({} entries) on {} failed: {}", cqDepth, where,
@@ -161,6 +162,37 @@ void Port::drainEvents() {
     ibv_ack_cq_events(cq_, unacked_);
     unacked_ = 0;
   }
+}
+
+bool Port::nextAsyncEvent(AsyncEvent* out) {
+  ibv_async_event e{};
+  if (ibv_get_async_event(ctx_, &e) != 0) return false;
+  out->type = e.event_type;
+  switch (e.event_type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      out->qpNum = e.element.qp->qp_num;
+      break;
+    case IBV_EVENT_PORT_ACTIVE:
+    case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_LID_CHANGE:
+    case IBV_EVENT_PKEY_CHANGE:
+    case IBV_EVENT_SM_CHANGE:
+    case IBV_EVENT_CLIENT_REREGISTER:
+    case IBV_EVENT_GID_CHANGE:
+      out->port = e.element.port_num;
+      break;
+    default:
+      break;
+  }
+  ibv_ack_async_event(&e);
+  return true;
 }
 
 Registration VerbsRegistrar::registerMemory(uintptr_t base, size_t length) {

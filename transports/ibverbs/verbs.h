@@ -50,6 +50,16 @@ class Port {
   // Takes and acknowledges the channel's pending events; never blocks (its fd is non-blocking).
   void drainEvents();
 
+  // The device's asynchronous events (a port going down, a queue pair's fatal error): asyncFd() becomes readable
+  // when one waits; nextAsyncEvent() takes one without blocking (false when none).
+  int asyncFd() const { return ctx_->async_fd; }
+  struct AsyncEvent {
+    ibv_event_type type;
+    uint32_t qpNum = 0;  // for queue pair events
+    int port = 0;        // for port events
+  };
+  bool nextAsyncEvent(AsyncEvent* e);
+
  private:
   void release() noexcept;
 
