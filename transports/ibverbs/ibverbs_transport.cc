@@ -379,8 +379,8 @@ class IbverbsTransport final : public Transport {
       for (int i = 0; i < n; ++i) {
         auto it = byQpn_.find(wcs[i].qp_num);
         if (it == byQpn_.end()) continue;  // a queue pair already closed
-        const auto [peer, q] = it->second;
-        guarded(peer, [&](Channel& ch) { ch.onCompletion(toCompletion(wcs[i], q)); });
+        const int q = it->second.second;  // not a structured binding: clang 14 cannot capture one in a lambda
+        guarded(it->second.first, [&](Channel& ch) { ch.onCompletion(toCompletion(wcs[i], q)); });
       }
       moved |= n > 0;
       if (n < 32) return moved;
