@@ -409,6 +409,36 @@ TEST(IbverbsEngine, ReceivesOfOneClassWaitingForTheirSendsNeverHoldUpTheOther) {
   for (size_t i = 0; i < standing.size(); ++i) EXPECT_EQ(standing[i], out[i]);
 }
 
+// Eager messages whose receives are not posted stay in the slots they landed in (nothing is allocated for them), and
+// hold only their own class's credits: the other class still flows, and they arrive whole once received.
+TEST(IbverbsEngine, MessagesWaitingForTheirReceivesHoldOnlyTheirOwnClass) {
+  ChannelConfig c = smallConfig();
+  Pair p(c);
+  const int n = c.credits + 5;  // more than the class's credits: the last ones wait at the sender
+  std::vector<std::vector<uint8_t>> out, in(size_t(n), std::vector<uint8_t>(100));
+  std::vector<Request> sreq(static_cast<size_t>(n)), rreq(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    out.push_back(pattern(100, unsigned(i + 50)));
+    p[0].isend(out[size_t(i)].data(), 100, tagFor(uint64_t(i), 100, OpKind::Tagged), &sreq[size_t(i)]);
+  }
+  p.runUntil([] { return false; }, 5000);
+  int sent = 0;
+  for (const Request& r : sreq) sent += r.done;
+  EXPECT_EQ(sent, c.credits);  // the class's credits, and not one more, went out
+  EXPECT_EQ(p[1].stats().unexpected, uint64_t(c.credits));
+  exchange(p, 0, {10, 256, 5000, 0}, true);  // the data class is not held up
+  exchange(p, 1, {100, 70000}, false);
+  for (int i = 0; i < n; ++i)
+    p[1].irecv(in[size_t(i)].data(), 100, tagFor(uint64_t(i), 100, OpKind::Tagged), &rreq[size_t(i)]);
+  ASSERT_TRUE(p.runUntil([&] {
+    for (int i = 0; i < n; ++i)
+      if (!sreq[size_t(i)].done || !rreq[size_t(i)].done) return false;
+    return true;
+  })) << p.violation();
+  EXPECT_EQ(p.violation(), "");
+  for (int i = 0; i < n; ++i) EXPECT_EQ(in[size_t(i)], out[size_t(i)]) << i;
+}
+
 TEST(IbverbsEngine, RandomTrafficBothWaysMatchesItsReference) {
   for (unsigned seed = 1; seed <= 12; ++seed) {
     std::mt19937 rng(seed);

@@ -5,8 +5,8 @@
 //
 //  Eager. A payload of up to eagerBytes goes as one SEND on QP 0, header first, copied into a registered send
 //  slot (inline when the device takes it), and the send is done at once. The receiver copies it into the posted
-//  receive, or into an early-message store when that receive is not posted yet, and reposts the slot at once: a
-//  slot is never held, so no class can starve another of slots.
+//  receive and reposts the slot; a message whose receive is not posted yet stays in its slot until it is, so no
+//  peer can make this rank allocate (as with TCP, where it stays in the kernel).
 //
 //  Rendezvous. Larger payloads are written into the receiver's buffer. The sender announces the message (RTS: its
 //  OpTag and length), so that a receiver that expects a shorter message or another call fails naming both
@@ -20,13 +20,16 @@
 //  much later never holds up the other class.
 //
 //  Credits. A SEND consumes a receive the peer posted, so a sender never overruns a receiver: eager messages, RTSs
-//  and CTSs each take a credit (the peer posted `credits` slots for them), and every header returns credits by
-//  carrying how many such messages its sender has taken (`freed`; SENDs on QP 0 arrive in order, so the latest
-//  value is the count). A sender whose credits fall to half asks for more (kWantCredit, one request at a time);
-//  the receiver answers with a Credit message into a spare slot. Traffic in one direction alone thus never waits
-//  for traffic in the other, and a sender at zero credits always has an answer on its way: it asked when it
-//  crossed half, and the answer frees at least that half. Goodbye and abort use a second spare slot.
-//
+//  and CTSs each take a credit of their class (the peer posted `credits` slots for each class, so a class whose
+//  receives lag, its messages held in their slots, never holds up the other), and every header returns credits
+//  by carrying how many messages of each class its sender has taken (`freed`; SENDs on QP 0 arrive in order, so
+//  the latest value is the count). A sender whose credits of a class fall to half asks for more (one request per
+//  class at a time); the receiver answers with a Credit message into a spare slot as soon as it has taken
+//  something it has not reported yet, saying which classes it answers. Traffic in one direction alone thus never
+//  waits for traffic in the other, and a sender at zero credits of a class always has a request out: it asked
+//  when it crossed half, an answer brings at least one credit, and the next send that leaves it at half or less
+//  asks again. At most one answer per class and one goodbye or abort are in flight: the three spare slots.
+
 //  Leaving. A goodbye follows this side's last send and says how many messages of each class it sent: a
 //  receive numbered beyond them will never be served, and fails naming its call; one below may still be
 //  completing on another QP.
@@ -128,10 +131,11 @@ Channel::Channel(const ChannelConfig& config, Fabric& fabric, Registrar& owned, 
       sqOut_(size_t(config.qps), 0) {
   const size_t slotBytes = kHeaderBytes + config_.eagerBytes;
   for (int i = 0; i < recvSlots(config_, 0); ++i) recvSlots_.push_back(makeSlot(slotBytes));
-  // Enough for every credit plus the two spare messages; more only while completions lag behind.
-  for (int i = 0; i < config_.credits + 2; ++i) {
+  // Enough for every credit plus the spare messages; more only while completions lag behind.
+  const int sendSlots = 2 * config_.credits + kSpareSlots;
+  for (int i = 0; i < sendSlots; ++i) {
     sendSlots_.push_back(makeSlot(slotBytes));
-    freeSendSlots_.push_back(config_.credits + 1 - i);
+    freeSendSlots_.push_back(sendSlots - 1 - i);
   }
 }
 
@@ -175,26 +179,35 @@ void Channel::mismatch(const OpTag& mine, size_t myLen, const WireHeader& theirs
        describe(got));
 }
 
-int Channel::credits() const { return config_.credits - int(sent_ - peerFreed_); }
+int Channel::credits(int cls) const {
+  const Class& c = classes_[cls];
+  return config_.credits - int(c.sent - c.peerFreed);
+}
+
+void Channel::repost(int slot) {
+  fabric_.postRecv(0, wrId(kWrRecv, recvValue(0, slot)), recvSlots_[size_t(slot)].mem.get(),
+                   kHeaderBytes + config_.eagerBytes, recvSlots_[size_t(slot)].reg.lkey);
+}
 
 bool Channel::postControl(MsgType type, const WireHeader* proto, const void* payload, size_t len, bool spare) {
   if (freeSendSlots_.empty() || sqOut_[0] >= config_.sendQueueDepth) return false;
-  if (!spare && credits() < 1) {
+  WireHeader h{};
+  if (proto != nullptr) h = *proto;
+  if (!spare && credits(h.cls) < 1) {
     ++stats_.creditStalls;
     return false;
   }
   const int idx = freeSendSlots_.back();
   Slot& slot = sendSlots_[size_t(idx)];
-  WireHeader h{};
-  if (proto != nullptr) h = *proto;
   h.type = type;
-  h.freed = freed_;
-  h.flags = 0;
+  for (int i = 0; i < 2; ++i) h.freed[i] = classes_[i].reported = classes_[i].freed;
   if (!spare) {
-    ++sent_;
-    if (!creditAsked_ && credits() <= config_.credits / 2) {
-      h.flags |= kWantCredit;
-      creditAsked_ = true;
+    Class& c = classes_[h.cls];
+    ++c.sent;
+    h.flags = 0;
+    if (!c.asked && credits(h.cls) <= config_.credits / 2) {
+      h.flags |= classBit(h.cls);
+      c.asked = true;
       ++stats_.creditRequests;
     }
   }
@@ -228,12 +241,16 @@ void Channel::irecv(void* buf, size_t len, const OpTag& tag, Request* req) {
   auto op = std::make_unique<RecvOp>(static_cast<uint8_t*>(buf), len, tag, req, c.nextRecv++, messageClass(tag),
                                      len > config_.eagerBytes);
   if (auto it = c.early.find(op->msgSeq); it != c.early.end()) {
-    Unexpected u = std::move(it->second);
+    const Held held = it->second;
     c.early.erase(it);
-    const bool announced = u.header.type == MsgType::Rts;
-    if (op->rendezvous != announced || tagOf(u.header) != tag || u.header.len != len) mismatch(tag, len, u.header);
+    const bool announced = held.header.type == MsgType::Rts;
+    if (op->rendezvous != announced || tagOf(held.header) != tag || held.header.len != len)
+      mismatch(tag, len, held.header);
+    if (!announced) deliver(*op, recvSlots_[size_t(held.slot)].mem.get() + kHeaderBytes);
+    repost(held.slot);
+    ++c.freed;
     if (!announced) {
-      deliver(*op, u.payload.data());
+      advance();  // the freed credit may answer a request
       return;
     }
   }
@@ -277,7 +294,7 @@ bool Channel::tryAnnounce(SendOp& op) {
 
 bool Channel::tryAdvertise(RecvOp& op) {
   Class& c = classes_[op.cls];
-  if (int(c.advertised.size()) >= config_.advertised || credits() < 1 || freeSendSlots_.empty()) return false;
+  if (int(c.advertised.size()) >= config_.advertised || credits(op.cls) < 1 || freeSendSlots_.empty()) return false;
   if (!op.lease) op.lease.emplace(cache_.acquire(op.buf, op.len));
   WireHeader h{};
   h.cls = uint8_t(op.cls);
@@ -322,9 +339,19 @@ bool Channel::tryWrite(SendOp& op) {
 
 bool Channel::advance() {
   bool moved = false;
-  if (owesCredit_ && postControl(MsgType::Credit, nullptr, nullptr, 0, true)) {
-    owesCredit_ = false;
-    moved = true;
+  // Credits owed, once there is something new to give: an answer that gave nothing would leave a sender at zero
+  // without a request out.
+  uint8_t answers = 0;
+  for (int i = 0; i < 2; ++i)
+    if (classes_[i].owes && classes_[i].freed != classes_[i].reported) answers |= classBit(i);
+  if (answers != 0) {
+    WireHeader h{};
+    h.flags = answers;
+    if (postControl(MsgType::Credit, &h, nullptr, 0, true)) {
+      for (int i = 0; i < 2; ++i)
+        if (answers & classBit(i)) classes_[i].owes = false;
+      moved = true;
+    }
   }
   for (Class& c : classes_) {
     for (auto it = c.sends.begin(); it != c.sends.end();) {
@@ -398,11 +425,10 @@ void Channel::onCompletion(const Completion& c) {
         const uint8_t* mem = recvSlots_[size_t(slot)].mem.get();
         WireHeader h;
         std::memcpy(&h, mem, kHeaderBytes);
-        onMessage(h, mem + kHeaderBytes, c.bytes - kHeaderBytes);
+        if (onMessage(h, mem + kHeaderBytes, c.bytes - kHeaderBytes, slot)) return;
       }
       if (qp == 0)
-        fabric_.postRecv(0, c.wrId, recvSlots_[size_t(slot)].mem.get(), kHeaderBytes + config_.eagerBytes,
-                         recvSlots_[size_t(slot)].reg.lkey);
+        repost(slot);
       else
         fabric_.postRecv(qp, c.wrId, nullptr, 0, 0);
       return;
@@ -410,36 +436,34 @@ void Channel::onCompletion(const Completion& c) {
   }
 }
 
-void Channel::onMessage(const WireHeader& h, const uint8_t* payload, size_t bytes) {
+bool Channel::onMessage(const WireHeader& h, const uint8_t* payload, size_t bytes, int slot) {
   if (h.cls > 1) failPeer(fmt::format("sent a message of class {}: not this protocol", h.cls));
   if (peerSaidBye_) failPeer("sent a message after saying goodbye");
-  peerFreed_ = h.freed;
-  if (h.flags & kWantCredit) owesCredit_ = true;
+  for (int i = 0; i < 2; ++i) classes_[i].peerFreed = h.freed[i];
+  const bool credited = h.type == MsgType::Eager || h.type == MsgType::Rts || h.type == MsgType::Cts;
+  if (credited && (h.flags & classBit(h.cls))) classes_[h.cls].owes = true;
   switch (h.type) {
     case MsgType::Eager:
       if (bytes != h.len || h.len > config_.eagerBytes)
         failPeer(fmt::format("sent {} bytes for an eager message of {}: not this protocol", bytes, h.len));
-      onEager(h, payload);
-      ++freed_;
-      return;
+      return onEager(h, payload, slot);
     case MsgType::Rts:
-      onRts(h);
-      ++freed_;
-      return;
+      return onRts(h, slot);
     case MsgType::Cts:
       onCts(h);
-      ++freed_;
-      return;
+      ++classes_[h.cls].freed;
+      return false;
     case MsgType::Credit:
-      creditAsked_ = false;
-      return;
+      for (int i = 0; i < 2; ++i)
+        if (h.flags & classBit(i)) classes_[i].asked = false;
+      return false;
     case MsgType::Bye: {
       peerSaidBye_ = true;
       peerSent_[0] = h.msgSeq;
       peerSent_[1] = h.tagSeq;
       for (auto& c : classes_)
         for (auto& [seq, op] : c.recvs) unserved(*op);
-      return;
+      return false;
     }
     case MsgType::Abort: {
       const std::string text(reinterpret_cast<const char*>(payload), std::min<size_t>(bytes, h.len));
@@ -450,33 +474,37 @@ void Channel::onMessage(const WireHeader& h, const uint8_t* payload, size_t byte
   failPeer(fmt::format("sent a message of type {}: not this protocol", int(h.type)));
 }
 
-void Channel::onEager(const WireHeader& h, const uint8_t* payload) {
+bool Channel::onEager(const WireHeader& h, const uint8_t* payload, int slot) {
   Class& c = classes_[h.cls];
   auto it = c.recvs.find(h.msgSeq);
   if (it == c.recvs.end()) {
     if (h.msgSeq < c.nextRecv || c.early.count(h.msgSeq) != 0)
       failPeer(fmt::format("sent message #{} of its class twice: not this protocol", h.msgSeq));
-    c.early.emplace(h.msgSeq, Unexpected{h, std::vector<uint8_t>(payload, payload + h.len)});
+    c.early.emplace(h.msgSeq, Held{h, slot});
     ++stats_.unexpected;
-    return;
+    return true;
   }
   RecvOp& op = *it->second;
   if (op.rendezvous || tagOf(h) != op.tag || h.len != op.len) mismatch(op.tag, op.len, h);
   deliver(op, payload);
   c.recvs.erase(it);
+  ++c.freed;
+  return false;
 }
 
-void Channel::onRts(const WireHeader& h) {
+bool Channel::onRts(const WireHeader& h, int slot) {
   Class& c = classes_[h.cls];
   auto it = c.recvs.find(h.msgSeq);
   if (it == c.recvs.end()) {
     if (h.msgSeq < c.nextRecv || c.early.count(h.msgSeq) != 0)
       failPeer(fmt::format("announced message #{} of its class twice: not this protocol", h.msgSeq));
-    c.early.emplace(h.msgSeq, Unexpected{h, {}});
-    return;
+    c.early.emplace(h.msgSeq, Held{h, slot});
+    return true;
   }
   const RecvOp& op = *it->second;
   if (!op.rendezvous || tagOf(h) != op.tag || h.len != op.len) mismatch(op.tag, op.len, h);
+  ++c.freed;
+  return false;
 }
 
 void Channel::onCts(const WireHeader& h) {

@@ -67,9 +67,12 @@ class Channel {
     std::unique_ptr<uint8_t[]> mem;
     Registration reg;
   };
-  struct Unexpected {
+  // A message that came before its receive was posted, kept in the slot it landed in (the slot is reposted, and
+  // its credit returned, once the receive takes it): a peer cannot make this rank allocate, and a class whose
+  // receives lag holds only its own credits.
+  struct Held {
     WireHeader header;
-    std::vector<uint8_t> payload;
+    int slot;
   };
 
   [[noreturn]] void failPeer(const std::string& what) const;
@@ -77,14 +80,17 @@ class Channel {
   // Fails a receive the peer, having said goodbye, will never serve.
   void unserved(const RecvOp& op) const;
   Slot makeSlot(size_t bytes);
-  int credits() const;
+  int credits(int cls) const;
+  // Posts a SEND: a credit-consuming one of proto->cls, or (spare) a Credit, Bye or Abort.
   bool postControl(MsgType type, const WireHeader* proto, const void* payload, size_t len, bool spare);
+  void repost(int slot);
   bool tryAnnounce(SendOp& op);  // an eager message, or a rendezvous message's RTS
   bool tryAdvertise(RecvOp& op);
   bool tryWrite(SendOp& op);
-  void onMessage(const WireHeader& h, const uint8_t* payload, size_t bytes);
-  void onEager(const WireHeader& h, const uint8_t* payload);
-  void onRts(const WireHeader& h);
+  // Each returns true when it keeps the slot the message landed in.
+  bool onMessage(const WireHeader& h, const uint8_t* payload, size_t bytes, int slot);
+  bool onEager(const WireHeader& h, const uint8_t* payload, int slot);
+  bool onRts(const WireHeader& h, int slot);
   void onCts(const WireHeader& h);
   void onImm(uint32_t imm);
   void deliver(RecvOp& op, const uint8_t* payload);
@@ -102,22 +108,20 @@ class Channel {
   std::vector<int> freeSendSlots_;
   std::vector<int> sqOut_;             // work requests outstanding per queue pair
 
-  // Credits: how many credit-consuming messages this side posted, and how many of them the peer has taken.
-  uint32_t sent_ = 0, peerFreed_ = 0;
-  uint32_t freed_ = 0;                 // credit-consuming messages taken from the peer
-  bool creditAsked_ = false;           // asked the peer for credits; its answer has not arrived
-  bool owesCredit_ = false;            // the peer asked; the answer is not posted yet
-
   // Per class: the number the next isend / irecv gets, queued sends (in number order), posted receives by number,
-  // messages, announcements and clear-to-sends that arrived before their call, receives advertised and not yet
-  // written.
+  // messages and announcements held before their call, clear-to-sends that came before their send, receives
+  // advertised and not yet written; and its credits (Note [ibverbs protocol]).
   struct Class {
     uint64_t nextSend = 0, nextRecv = 0;
     std::deque<std::unique_ptr<SendOp>> sends;
     std::map<uint64_t, std::unique_ptr<RecvOp>> recvs;
-    std::map<uint64_t, Unexpected> early;
+    std::map<uint64_t, Held> early;
     std::map<uint64_t, WireHeader> earlyCts;
     std::unordered_map<uint32_t, RecvOp*> advertised;  // by seqBits
+    uint32_t sent = 0, peerFreed = 0;  // credit-consuming messages posted, and how many of them the peer took
+    uint32_t freed = 0, reported = 0;  // such messages taken from the peer, and the count last told it
+    bool asked = false;                // asked the peer for credits; its answer has not arrived
+    bool owes = false;                 // the peer asked; not answered yet (no new credits to give)
   };
   Class classes_[2];
   std::unordered_map<uint64_t, SendOp*> writing_;  // rendezvous sends by id, while their writes are in flight

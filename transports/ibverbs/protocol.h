@@ -16,7 +16,7 @@ namespace chorus::transport::ibverbs {
 struct ChannelConfig {
   int qps = 1;                          // reliable-connected queue pairs to the peer (CHORUS_IB_QPS_PER_PEER)
   size_t eagerBytes = 8 * 1024;         // payloads up to this are copied into a receive slot; larger: RDMA WRITE
-  int credits = 32;                     // receive slots the peer may fill with eager messages and clear-to-sends
+  int credits = 32;                     // receive slots per class the peer may fill (eager, RTS, CTS messages)
   int advertised = 8;                   // rendezvous receives of one class advertised to the peer at once
   size_t stripeBytes = 256 * 1024;      // a message is split over several queue pairs only in pieces this big
   size_t maxWriteBytes = size_t(1) << 30;  // the longest single RDMA WRITE
@@ -25,11 +25,13 @@ struct ChannelConfig {
 };
 std::string describe(const ChannelConfig& c);  // "2 qps, eager 8192 B, 32 credits, ..." for messages
 
-// The SEND slots a side posts on queue pair 0: credits for eager messages and clear-to-sends, one per advertised
-// rendezvous receive of each class (its WRITE WITH IMMEDIATE consumes one), and two spares: a credit return and a
-// final message (goodbye or abort) may arrive beyond the credits. Queue pairs 1.. post one per advertised receive.
+// The SEND slots a side posts on queue pair 0: the credits of each class (eager messages, RTSs and CTSs), one per
+// advertised rendezvous receive of each class (its WRITE WITH IMMEDIATE consumes one), and three spares: a credit
+// return per class and a final message (goodbye or abort) may arrive beyond the credits. Queue pairs 1.. post one
+// per advertised receive.
+constexpr int kSpareSlots = 3;
 inline int recvSlots(const ChannelConfig& c, int qp) {
-  return qp == 0 ? c.credits + 2 * c.advertised + 2 : 2 * c.advertised;
+  return qp == 0 ? 2 * c.credits + 2 * c.advertised + kSpareSlots : 2 * c.advertised;
 }
 
 enum class MsgType : uint8_t {
@@ -42,25 +44,25 @@ enum class MsgType : uint8_t {
   Abort,       // the peer failed: code and text follow (spare slot)
 };
 
-// Set on a credit-consuming message when the sender is running low: the receiver answers with a Credit message.
-constexpr uint8_t kWantCredit = 1;
+// flags: on a credit-consuming message, its sender is running low on credits of that class and asks for a Credit
+// message; on a Credit message, the classes it answers.
+constexpr uint8_t classBit(int cls) { return uint8_t(1u << cls); }
 
 // Every SEND opens with this. Eager, Rts and Cts messages repeat the OpTag and length of their call, so that a
 // receiver (Eager, Rts) or a sender (Cts) compares them with its own (Note [Message tags] in transports/transport.h).
 struct WireHeader {
   MsgType type;
   uint8_t cls;    // message class (Note [Message classes] in lib/base/ops.h)
-  uint8_t flags;  // kWantCredit
+  uint8_t flags;  // classBit()s: credits wanted, or answered
   uint8_t kind, dtype, redop;
   uint16_t pad = 0;
-  uint32_t freed;  // how many credit-consuming messages from the peer this side has taken (mod 2^32)
   int32_t root;    // OpTag.root; the result code for Abort
-  uint64_t msgSeq;  // the message's number in its class between this pair
-  uint64_t tagSeq, count;  // OpTag.seq, OpTag.count
+  uint32_t rkey;   // Cts: the key of the receiver's buffer
+  uint32_t freed[2];  // per class, how many credit-consuming messages from the peer this side has taken (mod 2^32)
+  uint64_t msgSeq;  // the message's number in its class between this pair (Bye: class 0's count)
+  uint64_t tagSeq, count;  // OpTag.seq, OpTag.count (Bye: tagSeq is class 1's count)
   uint64_t len;    // the message's payload bytes (Abort: the text's)
   uint64_t raddr;  // Cts: where the payload goes
-  uint32_t rkey;
-  uint32_t pad2 = 0;
 };
 static_assert(sizeof(WireHeader) == 64);
 constexpr size_t kHeaderBytes = sizeof(WireHeader);
