@@ -170,10 +170,12 @@ class IbverbsTransport final : public Transport {
         CHORUS_INFO(kNet, "{} accepted {} over ibverbs ({} queue pairs)", self(), peerName(peer), c->qps->size());
       }
     }
-    for (auto& [peer, c] : conns_) {
-      setNonBlocking(c->sock.get());
-      watch(c->sock.get(), uint64_t(peer));
-    }
+    for (auto& [peer, c] : conns_)
+      if (!c->watched) {
+        setNonBlocking(c->sock.get());
+        watch(c->sock.get(), uint64_t(peer));
+        c->watched = true;
+      }
   }
 
   void stopListening() override {
@@ -217,21 +219,14 @@ class IbverbsTransport final : public Transport {
 
   void sendAbort(chorusResult_t code, const std::string& text, Deadline deadline) override {
     for (auto& [peer, c] : conns_) c->channel->abort(code, text);
-    drive(deadline, [&] {
-      for (auto& [peer, c] : conns_)
-        if (!c->channel->closed() && !c->gone) return false;
-      return true;
-    });
+    drive(deadline);
   }
 
   void close(Deadline deadline) override {
     for (auto& [peer, c] : conns_) c->channel->bye();
-    drive(deadline, [&] {
-      for (auto& [peer, c] : conns_)
-        if (!c->channel->closed() && !c->gone) return false;
-      return true;
-    });
+    drive(deadline);
     conns_.clear();
+    byQpn_.clear();
   }
 
  private:
@@ -242,7 +237,9 @@ class IbverbsTransport final : public Transport {
     Fd sock;
     Hello peerHello{};
     State state = State::AwaitAnswer;
-    bool gone = false;  // its TCP connection closed
+    bool watched = false;  // its TCP connection is in the epoll set
+    bool gone = false;     // its TCP connection closed
+    bool broken = false;   // failed while closing: left alone
   };
   struct Arrival {
     Fd sock;
@@ -445,17 +442,43 @@ class IbverbsTransport final : public Transport {
     if (failure_) std::rethrow_exception(failure_);
   }
 
-  template <typename Done>
-  void drive(Deadline deadline, Done done) {
-    try {
-      while (!done() && Clock::now() < deadline) {
-        if (!progress()) {
-          pollfd p{epoll_.get(), POLLIN, 0};
-          if (armWake()) ::poll(&p, 1, 10);
-        }
+  // Until every connection's goodbye or abort is posted and done, or its peer is gone, or the deadline: steps each
+  // connection that still works, whatever happened to the others (an abort must reach every peer that can hear it).
+  void drive(Deadline deadline) {
+    auto finished = [&] {
+      for (auto& [peer, c] : conns_)
+        if (!c->channel->closed() && !c->gone && !c->broken) return false;
+      return true;
+    };
+    auto step = [&](Conn& c, auto&& f) {
+      if (c.broken) return;
+      try {
+        f(*c.channel);
+      } catch (const Error& e) {
+        c.broken = true;
+        CHORUS_DEBUG(kNet, "{}: while closing over ibverbs: {}", self(), e.what());
       }
-    } catch (const Error& e) {
-      CHORUS_DEBUG(kNet, "{}: while closing over ibverbs: {}", self(), e.what());
+    };
+    while (!finished() && Clock::now() < deadline) {
+      ibv_wc wcs[32];
+      const int n = ibv_poll_cq(port_.cq(), 32, wcs);
+      for (int i = 0; i < n; ++i)
+        if (auto it = byQpn_.find(wcs[i].qp_num); it != byQpn_.end()) {
+          const int q = it->second.second;
+          step(*conns_.at(it->second.first), [&](Channel& ch) { ch.onCompletion(toCompletion(wcs[i], q)); });
+        }
+      bool moved = n > 0;
+      for (auto& [peer, c] : conns_) {
+        step(*c, [&](Channel& ch) { moved |= ch.advance(); });
+        uint8_t b;
+        if (!c->gone && c->watched && ::recv(c->sock.get(), &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0) c->gone = true;
+      }
+      if (!moved) {
+        pollfd p{epoll_.get(), POLLIN, 0};
+        port_.drainEvents();
+        port_.armEvents();
+        ::poll(&p, 1, 10);
+      }
     }
   }
 
