@@ -8,7 +8,7 @@
 # Prints one line per target; exits non-zero on a finding (libFuzzer leaves crash-*/leak-*/timeout-* files here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(unique_id bootstrap env tcp_frames shm_control hello)
+targets=(unique_id bootstrap env tcp_frames shm_control hello ibverbs_frames)
 runs=${1:-0}
 [ $# -gt 1 ] && targets=("${@:2}")
 if [ ! -f build-fuzz/build.ninja ]; then
