@@ -17,19 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
-: > "$out/summary.txt"
-fails=0
-
-step() {  # step NAME SECONDS COMMAND...
-  local name=$1 limit=$2 t0=$SECONDS rc
-  shift 2
-  echo "== $name: $*"
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1
-  rc=$?
-  tail -n 40 "$out/$name.log"
-  echo "-- $name: rc=$rc, $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-  [ "$rc" -eq 0 ] || fails=$((fails + 1))
-}
+. scripts/check_steps.sh
 
 nvidia-smi -L || { echo "gpu-check: no NVIDIA GPU (nvidia-smi failed)"; exit 1; }
 nvcc --version | tail -n 2

@@ -34,19 +34,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 mkdir -p "$out"
-: > "$out/summary.txt"
-fails=0
-
-step() {  # step NAME SECONDS COMMAND...
-  local name=$1 limit=$2 t0=$SECONDS rc
-  shift 2
-  echo "== $name: $*"
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1
-  rc=$?
-  tail -n 25 "$out/$name.log"
-  echo "-- $name: rc=$rc, $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-  [ "$rc" -eq 0 ] || fails=$((fails + 1))
-}
+step_tail=25
+. scripts/check_steps.sh
 
 [ -f "$b/transports/ibverbs/libchorus-ibverbs.so" ] || {
   echo "rdma-check: $b has no ibverbs plugin (install libibverbs-dev, then meson setup $b && ninja -C $b)"; exit 1; }

@@ -264,4 +264,18 @@ inline void MemoryFabric::postRecv(int qp, uint64_t wrId, void* addr, size_t len
   pair_.postRecv(side_, qp, Wqe{wrId, addr, len, lkey});
 }
 
+// Small numbers, so that tests and fuzzing reach every limit: credits run out, messages are split over queue
+// pairs and into several writes per queue pair.
+inline ChannelConfig smallConfig(int qps = 1) {
+  ChannelConfig c;
+  c.qps = qps;
+  c.eagerBytes = 256;
+  c.credits = 8;
+  c.advertised = 2;
+  c.stripeBytes = 1024;
+  c.maxWriteBytes = 4096;
+  c.sendQueueDepth = 16;
+  return c;
+}
+
 }  // namespace chorus::test::ibverbs

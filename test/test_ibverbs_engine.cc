@@ -14,6 +14,7 @@
 using namespace chorus;
 using namespace chorus::transport::ibverbs;
 using chorus::test::ibverbs::Pair;
+using chorus::test::ibverbs::smallConfig;
 
 namespace {
 
@@ -33,17 +34,6 @@ std::vector<uint8_t> pattern(size_t len, unsigned seed) {
   return v;
 }
 
-ChannelConfig smallConfig(int qps = 1) {
-  ChannelConfig c;
-  c.qps = qps;
-  c.eagerBytes = 256;
-  c.credits = 8;
-  c.advertised = 2;
-  c.stripeBytes = 1024;
-  c.maxWriteBytes = 4096;
-  c.sendQueueDepth = 16;
-  return c;
-}
 
 // Sends each size from side `from` to the other, receives posted first or after, and checks every byte.
 void exchange(Pair& p, int from, const std::vector<size_t>& sizes, bool recvFirst) {
@@ -385,7 +375,7 @@ TEST(IbverbsEngine, GarbageFromThePeerIsAnErrorNeverACrash) {
       h.msgSeq = rng() % 3;
       h.len = rng() % 2 ? msg.size() - kHeaderBytes : rng() % 6000;
       h.kind = uint8_t(OpKind::Send);
-      h.tagSeq = h.msgSeq;
+      h.seq = h.msgSeq;
       h.count = h.len;
       std::memcpy(msg.data(), &h, kHeaderBytes);
     }

@@ -23,6 +23,26 @@ constexpr double kHandshakeSeconds = 5.0;
 // kept for their own accept() call (the transport's take() stores them); everything that fails a check is
 // closed. The kernel completes the connect before the peer accepts, so a rank can connect to all its higher
 // peers before it accepts any lower one, and no order of calls deadlocks.
+std::vector<uint8_t> packAddress(const SockAddr& addr) {
+  std::vector<uint8_t> out(sizeof(uint32_t) + addr.len);
+  const uint32_t len = addr.len;
+  std::memcpy(out.data(), &len, sizeof len);
+  std::memcpy(out.data() + sizeof len, &addr.ss, addr.len);
+  return out;
+}
+
+SockAddr unpackAddress(const std::vector<uint8_t>& bytes, const char* transport, int peer) {
+  SockAddr to;
+  uint32_t len = 0;
+  if (bytes.size() < sizeof len) fail(chorusInternalError, "{} address of rank {} is truncated", transport, peer);
+  std::memcpy(&len, bytes.data(), sizeof len);
+  if (len > sizeof to.ss || bytes.size() != sizeof len + len)
+    fail(chorusInternalError, "{} address of rank {} is malformed", transport, peer);
+  std::memcpy(&to.ss, bytes.data() + sizeof len, len);
+  to.len = len;
+  return to;
+}
+
 void sendHello(int sock, const void* hello, size_t len, int passFd, const std::string& who) {
   iovec iov{const_cast<void*>(hello), len};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};

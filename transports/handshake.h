@@ -68,6 +68,11 @@ std::string helloProblem(const Hello& h, uint32_t magic, uint32_t version, const
   return "";
 }
 
+// A listening socket's address as a transport publishes it (a u32 length, then the sockaddr), and back: a blob that
+// does not unpack fails naming the transport and the rank.
+std::vector<uint8_t> packAddress(const SockAddr& addr);
+SockAddr unpackAddress(const std::vector<uint8_t>& bytes, const char* transport, int peer);
+
 // Sends a Hello of `len` bytes on a freshly connected socket, with `passFd` attached when >= 0 (SCM_RIGHTS).
 void sendHello(int sock, const void* hello, size_t len, int passFd, const std::string& who);
 

@@ -8,14 +8,8 @@
 using namespace chorus::test::ibverbs;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  ChannelConfig c;
-  c.qps = 2;
-  c.eagerBytes = 256;
+  ChannelConfig c = smallConfig(2);
   c.credits = 4;
-  c.advertised = 2;
-  c.stripeBytes = 1024;
-  c.maxWriteBytes = 4096;
-  c.sendQueueDepth = 16;
   Pair p(c);
   std::vector<uint8_t> small(100), big(5000), tagged(300);
   chorus::Request r[3];

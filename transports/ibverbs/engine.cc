@@ -275,16 +275,7 @@ void Channel::checkCts(const SendOp& op, const WireHeader& cts) const {
 }
 
 bool Channel::tryAnnounce(SendOp& op) {
-  WireHeader h{};
-  h.cls = uint8_t(op.cls);
-  h.kind = uint8_t(op.tag.kind);
-  h.dtype = op.tag.dtype;
-  h.redop = op.tag.redop;
-  h.root = op.tag.root;
-  h.msgSeq = op.msgSeq;
-  h.tagSeq = op.tag.seq;
-  h.count = op.tag.count;
-  h.len = op.len;
+  const WireHeader h = headerFor(op.tag, op.cls, op.msgSeq, op.len);
   if (op.rendezvous) return op.announced = postControl(MsgType::Rts, &h, nullptr, 0, false);
   if (!postControl(MsgType::Eager, &h, op.buf, op.len, false)) return false;
   ++stats_.eagerSent;
@@ -296,16 +287,7 @@ bool Channel::tryAdvertise(RecvOp& op) {
   Class& c = classes_[op.cls];
   if (int(c.advertised.size()) >= config_.advertised || credits(op.cls) < 1 || freeSendSlots_.empty()) return false;
   if (!op.lease) op.lease.emplace(cache_.acquire(op.buf, op.len));
-  WireHeader h{};
-  h.cls = uint8_t(op.cls);
-  h.kind = uint8_t(op.tag.kind);
-  h.dtype = op.tag.dtype;
-  h.redop = op.tag.redop;
-  h.root = op.tag.root;
-  h.msgSeq = op.msgSeq;
-  h.tagSeq = op.tag.seq;
-  h.count = op.tag.count;
-  h.len = op.len;
+  WireHeader h = headerFor(op.tag, op.cls, op.msgSeq, op.len);
   h.raddr = reinterpret_cast<uintptr_t>(op.buf);
   h.rkey = op.lease->get().rkey;
   if (!postControl(MsgType::Cts, &h, nullptr, 0, false)) return false;
@@ -382,7 +364,7 @@ bool Channel::advance() {
   } else if (!finalPosted_ && byeQueued_ && classes_[0].sends.empty() && classes_[1].sends.empty()) {
     WireHeader h{};
     h.msgSeq = classes_[0].nextSend;
-    h.tagSeq = classes_[1].nextSend;
+    h.seq = classes_[1].nextSend;
     if (postControl(MsgType::Bye, &h, nullptr, 0, true)) finalPosted_ = moved = true;
   }
   return moved;
@@ -460,7 +442,7 @@ bool Channel::onMessage(const WireHeader& h, const uint8_t* payload, size_t byte
     case MsgType::Bye: {
       peerSaidBye_ = true;
       peerSent_[0] = h.msgSeq;
-      peerSent_[1] = h.tagSeq;
+      peerSent_[1] = h.seq;
       for (auto& c : classes_)
         for (auto& [seq, op] : c.recvs) unserved(*op);
       return false;

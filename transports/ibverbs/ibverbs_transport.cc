@@ -104,16 +104,10 @@ class IbverbsTransport final : public Transport {
 
   const char* name() const override { return "ibverbs"; }
 
-  std::vector<uint8_t> address() const override {
-    std::vector<uint8_t> out(sizeof(uint32_t) + listenAddr_.len);
-    uint32_t len = listenAddr_.len;
-    std::memcpy(out.data(), &len, sizeof len);
-    std::memcpy(out.data() + sizeof len, &listenAddr_.ss, listenAddr_.len);
-    return out;
-  }
+  std::vector<uint8_t> address() const override { return packAddress(listenAddr_); }
 
   void connect(int peer, const std::vector<uint8_t>& address, Deadline deadline) override {
-    SockAddr to = parseAddress(peer, address);
+    const SockAddr to = unpackAddress(address, "ibverbs", peer);
     Conn& c = open(peer);
     c.sock = connectTo(to, deadline);
     Hello h = helloFor(c, peer);
@@ -267,18 +261,6 @@ class IbverbsTransport final : public Transport {
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = key;
     if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) failErrno("epoll_ctl");
-  }
-
-  SockAddr parseAddress(int peer, const std::vector<uint8_t>& address) const {
-    SockAddr to;
-    uint32_t len = 0;
-    if (address.size() < sizeof len) fail(chorusInternalError, "ibverbs address of rank {} is truncated", peer);
-    std::memcpy(&len, address.data(), sizeof len);
-    if (len > sizeof to.ss || address.size() != sizeof len + len)
-      fail(chorusInternalError, "ibverbs address of rank {} is malformed", peer);
-    std::memcpy(&to.ss, address.data() + sizeof len, len);
-    to.len = len;
-    return to;
   }
 
   Conn& open(int peer) {

@@ -60,22 +60,26 @@ struct WireHeader {
   uint32_t rkey;   // Cts: the key of the receiver's buffer
   uint32_t freed[2];  // per class, how many credit-consuming messages from the peer this side has taken (mod 2^32)
   uint64_t msgSeq;  // the message's number in its class between this pair (Bye: class 0's count)
-  uint64_t tagSeq, count;  // OpTag.seq, OpTag.count (Bye: tagSeq is class 1's count)
+  uint64_t seq, count;  // OpTag.seq, OpTag.count (Bye: seq is class 1's count)
   uint64_t len;    // the message's payload bytes (Abort: the text's)
   uint64_t raddr;  // Cts: where the payload goes
 };
 static_assert(sizeof(WireHeader) == 64);
 constexpr size_t kHeaderBytes = sizeof(WireHeader);
 
-inline OpTag tagOf(const WireHeader& h) {
-  OpTag t;
-  t.seq = h.tagSeq;
-  t.count = h.count;
-  t.root = h.root;
-  t.kind = static_cast<OpKind>(h.kind);
-  t.dtype = h.dtype;
-  t.redop = h.redop;
-  return t;
+// A header for message msgSeq of its class, repeating its call's tag and length.
+inline WireHeader headerFor(const OpTag& tag, int cls, uint64_t msgSeq, size_t len) {
+  WireHeader h{};
+  h.cls = uint8_t(cls);
+  h.kind = uint8_t(tag.kind);
+  h.dtype = tag.dtype;
+  h.redop = tag.redop;
+  h.root = tag.root;
+  h.msgSeq = msgSeq;
+  h.seq = tag.seq;
+  h.count = tag.count;
+  h.len = len;
+  return h;
 }
 
 // A rendezvous message's immediate value: its class and the low 31 bits of its number (at most `advertised` of a

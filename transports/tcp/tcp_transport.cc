@@ -45,23 +45,10 @@ class TcpTransport final : public Transport {
 
   const char* name() const override { return "tcp"; }
 
-  std::vector<uint8_t> address() const override {
-    std::vector<uint8_t> out(sizeof(uint32_t) + listenAddr_.len);
-    uint32_t len = listenAddr_.len;
-    std::memcpy(out.data(), &len, sizeof len);
-    std::memcpy(out.data() + sizeof len, &listenAddr_.ss, listenAddr_.len);
-    return out;
-  }
+  std::vector<uint8_t> address() const override { return packAddress(listenAddr_); }
 
   void connect(int peer, const std::vector<uint8_t>& address, Deadline deadline) override {
-    SockAddr to;
-    uint32_t len = 0;
-    if (address.size() < sizeof len) fail(chorusInternalError, "tcp address of rank {} is truncated", peer);
-    std::memcpy(&len, address.data(), sizeof len);
-    if (len > sizeof to.ss || address.size() != sizeof len + len)
-      fail(chorusInternalError, "tcp address of rank {} is malformed", peer);
-    std::memcpy(&to.ss, address.data() + sizeof len, len);
-    to.len = len;
+    const SockAddr to = unpackAddress(address, "tcp", peer);
     for (int i = 0; i < connections(); ++i) {
       Fd fd = connectTo(to, deadline);
       Hello h{kHelloMagic, kWireVersion, setup_.commId, setup_.rank, i, nsocks_, peer, {}};
