@@ -23,6 +23,14 @@ constexpr double kHandshakeSeconds = 5.0;
 // kept for their own accept() call (the transport's take() stores them); everything that fails a check is
 // closed. The kernel completes the connect before the peer accepts, so a rank can connect to all its higher
 // peers before it accepts any lower one, and no order of calls deadlocks.
+Fd listenForPeers(const Setup& setup, SockAddr* bound, std::string* ifname) {
+  SockAddr addr = findInterfaceAddress(setup.socketIfname, ifname);
+  addr.setPort(0);
+  Fd listener = listenOn(addr, bound);
+  setNonBlocking(listener.get());
+  return listener;
+}
+
 std::vector<uint8_t> packAddress(const SockAddr& addr) {
   std::vector<uint8_t> out(sizeof(uint32_t) + addr.len);
   const uint32_t len = addr.len;

@@ -68,6 +68,10 @@ std::string helloProblem(const Hello& h, uint32_t magic, uint32_t version, const
   return "";
 }
 
+// A non-blocking listener on a free port of the interface CHORUS_SOCKET_IFNAME's rules choose (setup.socketIfname),
+// where a transport's peers connect for its handshake; its address in *bound, the interface's name in *ifname.
+Fd listenForPeers(const Setup& setup, SockAddr* bound, std::string* ifname);
+
 // A listening socket's address as a transport publishes it (a u32 length, then the sockaddr), and back: a blob that
 // does not unpack fails naming the transport and the rank.
 std::vector<uint8_t> packAddress(const SockAddr& addr);

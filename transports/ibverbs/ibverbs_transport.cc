@@ -86,10 +86,7 @@ class IbverbsTransport final : public Transport {
     if (settings.channel.qps < 1 || settings.channel.qps > kMaxQps)
       fail(chorusInvalidArgument, "ibverbs: {} queue pairs per peer: expected 1..{}", settings.channel.qps, kMaxQps);
     std::string ifname;
-    SockAddr addr = findInterfaceAddress(setup.socketIfname, &ifname);
-    addr.setPort(0);
-    listener_ = listenOn(addr, &listenAddr_);
-    setNonBlocking(listener_.get());
+    listener_ = listenForPeers(setup, &listenAddr_, &ifname);
     epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_) failErrno("epoll_create1");
     watch(port_.eventFd(), kEventsKey);

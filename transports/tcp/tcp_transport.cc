@@ -32,10 +32,7 @@ class TcpTransport final : public Transport {
           return check(helloOf(h));
         }) {
     std::string ifname;
-    SockAddr addr = findInterfaceAddress(setup.socketIfname, &ifname);
-    addr.setPort(0);
-    listener_ = listenOn(addr, &listenAddr_);
-    setNonBlocking(listener_.get());
+    listener_ = listenForPeers(setup, &listenAddr_, &ifname);
     epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_) failErrno("epoll_create1");
     CHORUS_DEBUG(kNet, "tcp listening on {} ({})", listenAddr_.str(), ifname);
