@@ -9,6 +9,7 @@
 #include <random>
 
 #include "lib/base/error.h"
+#include "lib/base/log.h"
 #include "transports/ibverbs/gid_select.h"
 
 namespace chorus::transport::ibverbs {
@@ -126,6 +127,13 @@ Port::Port(const PortInfo& info, int gidIndex, int cqDepth) {
       fail(chorusSystemError, "ibverbs: ibv_create_comp_channel on {} failed: {}", where, std::strerror(errno));
     fcntl(channel_->fd, F_SETFL, fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
     fcntl(ctx_->async_fd, F_SETFL, fcntl(ctx_->async_fd, F_GETFL) | O_NONBLOCK);
+    ibv_device_attr dev{};
+    if (ibv_query_device(ctx_, &dev) == 0 && dev.max_cqe > 0 && cqDepth > dev.max_cqe) {
+      CHORUS_WARN(kNet, "ibverbs: {} completions may be outstanding at once, but {} holds at most {}: a burst beyond "
+                  "it would overrun the completion queue (fewer ranks per port, or CHORUS_IB_QPS_PER_PEER=1)",
+                  cqDepth, info.device, dev.max_cqe);
+      cqDepth = dev.max_cqe;
+    }
     cq_ = ibv_create_cq(ctx_, cqDepth, nullptr, channel_, 0);
     if (cq_ == nullptr)
       fail(chorusSystemError, "ibverbs: ibv_create_cq({} entries) on {} failed: {}", cqDepth, where,
@@ -227,6 +235,10 @@ QueuePairs::QueuePairs(Port& port, int n, int sendDepth, int recvDepth, std::str
       a.cap.max_recv_sge = 1;
       a.cap.max_inline_data = 128;
       ibv_qp* qp = ibv_create_qp(port.pd(), &a);
+      if (qp == nullptr && errno == EINVAL) {  // a device that sends nothing inline (or less): without
+        a.cap.max_inline_data = 0;
+        qp = ibv_create_qp(port.pd(), &a);
+      }
       if (qp == nullptr)
         fail(chorusSystemError, "ibverbs: ibv_create_qp for {} on {} failed: {} ({} send and {} receive work "
              "requests)", peer_, port.name(), std::strerror(errno), sendDepth, recvDepth);
