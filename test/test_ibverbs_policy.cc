@@ -624,3 +624,47 @@ TEST(RegCache, DestructionDeregistersEverything) {
   EXPECT_TRUE(fake.live.empty());
   EXPECT_EQ(fake.deregistered.size(), static_cast<size_t>(fake.registrations));
 }
+
+// The issue's own example: a '^' before a later entry leaves that entry out of what the others select, while a
+// leading '^' keeps NCCL's meaning (the whole list excluded).
+TEST(IbverbsHcaSpec, ALaterCaretExcludesOnlyItsEntry) {
+  HcaSpec s = parseHcaSpec("mlx5_0:1,^mlx5_2");
+  ASSERT_EQ(s.entries.size(), 2u);
+  EXPECT_FALSE(s.exclude);
+  EXPECT_FALSE(s.entries[0].exclude);
+  EXPECT_TRUE(s.entries[1].exclude);
+  EXPECT_EQ(s.entries[1].name, "mlx5_2");
+  EXPECT_TRUE(hcaSelects(s, "mlx5_0", 1));
+  EXPECT_FALSE(hcaSelects(s, "mlx5_0", 2));
+  EXPECT_FALSE(hcaSelects(s, "mlx5_2", 1));
+  HcaSpec most = parseHcaSpec("mlx5, ^mlx5_1");
+  EXPECT_TRUE(hcaSelects(most, "mlx5_0", 1));
+  EXPECT_FALSE(hcaSelects(most, "mlx5_1", 1));
+  EXPECT_TRUE(hcaSelects(most, "mlx5_2", 1));
+  EXPECT_FALSE(hcaSelects(most, "ib0", 1));
+  HcaSpec onlyOut = parseHcaSpec("mlx5_0,^mlx5_0:2");  // a port of an included device
+  EXPECT_TRUE(hcaSelects(onlyOut, "mlx5_0", 1));
+  EXPECT_FALSE(hcaSelects(onlyOut, "mlx5_0", 2));
+  HcaSpec whole = parseHcaSpec("^mlx5_0,mlx5_1");  // NCCL's: both excluded
+  EXPECT_TRUE(whole.exclude);
+  EXPECT_FALSE(hcaSelects(whole, "mlx5_0", 1));
+  EXPECT_FALSE(hcaSelects(whole, "mlx5_1", 1));
+  EXPECT_TRUE(hcaSelects(whole, "mlx5_2", 1));
+  // An explicit port on an excluded entry asks nothing of that port.
+  std::vector<PortInfo> all = {{"mlx5_0", 1, true, "ACTIVE", "InfiniBand"}, {"mlx5_2", 1, false, "DOWN", "Ethernet"}};
+  auto chosen = selectPorts(parseHcaSpec("mlx5_0:1,^mlx5_2:1"), all);
+  ASSERT_EQ(chosen.size(), 1u);
+  EXPECT_EQ(chosen[0].device, "mlx5_0");
+  try {
+    selectPorts(parseHcaSpec("^mlx5_0,^mlx5_2"), all);
+    FAIL() << "a list of exclusions that leaves nothing was accepted";
+  } catch (const chorus::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("excludes every RDMA port"), std::string::npos) << e.what();
+  }
+  try {
+    parseHcaSpec("mlx5_0,^");
+    FAIL() << "an empty exclusion was accepted";
+  } catch (const chorus::Error& e) {
+    EXPECT_EQ(e.code(), chorusInvalidArgument);
+  }
+}

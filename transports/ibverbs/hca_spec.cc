@@ -62,11 +62,18 @@ HcaSpec parseHcaSpec(const std::string& text) {
     const std::string& item = items[i];
     if (item.empty()) badSpec(text, fmt::format("entry {} is empty", i + 1));
     HcaEntry e;
-    const size_t colon = item.find(':');
-    e.name = trim(item.substr(0, colon));
+    std::string body = trim(item);
+    // A '^' before a later entry leaves that entry out ("mlx5,^mlx5_2"); a leading one excludes the whole list,
+    // where one before an entry says nothing more.
+    if (!body.empty() && body.front() == '^') {
+      e.exclude = !spec.exclude;
+      body = body.substr(1);
+    }
+    const size_t colon = body.find(':');
+    e.name = trim(body.substr(0, colon));
     if (e.name.empty()) badSpec(text, fmt::format("entry '{}' has no device name", item));
     if (colon != std::string::npos) {
-      const std::string port = trim(item.substr(colon + 1));
+      const std::string port = trim(body.substr(colon + 1));
       const char* end = port.data() + port.size();
       auto [stop, err] = std::from_chars(port.data(), end, e.port);
       if (port.empty() || err != std::errc() || stop != end || e.port <= 0)
@@ -79,10 +86,18 @@ HcaSpec parseHcaSpec(const std::string& text) {
 
 bool hcaSelects(const HcaSpec& spec, const std::string& device, int port) {
   if (spec.entries.empty()) return true;
-  bool listed = false;
-  for (const HcaEntry& e : spec.entries)
-    listed = listed || (nameMatches(spec, e, device) && (e.port == 0 || e.port == port));
-  return listed != spec.exclude;
+  bool listed = false, anyIncluded = false, excluded = false;
+  for (const HcaEntry& e : spec.entries) {
+    const bool hit = nameMatches(spec, e, device) && (e.port == 0 || e.port == port);
+    if (e.exclude) {
+      excluded = excluded || hit;
+    } else {
+      anyIncluded = true;
+      listed = listed || hit;
+    }
+  }
+  if (spec.exclude) return !listed;
+  return (listed || !anyIncluded) && !excluded;
 }
 
 std::vector<PortInfo> selectPorts(const HcaSpec& spec, const std::vector<PortInfo>& all) {
@@ -91,7 +106,7 @@ std::vector<PortInfo> selectPorts(const HcaSpec& spec, const std::vector<PortInf
   // would run the job on fewer rails than it was told to.
   if (!spec.exclude)
     for (const HcaEntry& e : spec.entries) {
-      if (e.port == 0) continue;
+      if (e.port == 0 || e.exclude) continue;
       for (const PortInfo& d : all) {
         if (!nameMatches(spec, e, d.device)) continue;
         auto p = std::find_if(all.begin(), all.end(),
@@ -115,7 +130,11 @@ std::vector<PortInfo> selectPorts(const HcaSpec& spec, const std::vector<PortInf
   if (spec.entries.empty()) fail(chorusSystemError, "no active RDMA port: the devices here are {}", describe(all));
   if (!selectsAny)
     fail(chorusInvalidArgument, "environment variable CHORUS_IB_HCA='{}' {}: the devices here are {}", spec.text,
-         spec.exclude ? "excludes every RDMA port" : "names no RDMA device", describe(all));
+         spec.exclude || std::all_of(spec.entries.begin(), spec.entries.end(),
+                                     [](const HcaEntry& e) { return e.exclude; })
+             ? "excludes every RDMA port"
+             : "names no RDMA device",
+         describe(all));
   fail(chorusSystemError, "no active RDMA port among those environment variable CHORUS_IB_HCA='{}' selects: the "
        "devices here are {}", spec.text, describe(all));
 }

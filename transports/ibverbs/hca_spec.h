@@ -9,7 +9,8 @@ namespace chorus::transport::ibverbs {
 
 struct HcaEntry {
   std::string name;
-  int port = 0;  // 0: every port
+  int port = 0;          // 0: every port
+  bool exclude = false;  // a later entry written ^name: left out of what the others select
 };
 
 struct HcaSpec {

@@ -12,8 +12,9 @@ namespace {
 constexpr EnvSpec kEnv[] = {
     {"CHORUS_IB_DISABLE", "int", "0", "1: ibverbs serves no pair unless CHORUS_TRANSPORTS names it"},
     {"CHORUS_IB_HCA", "string", "",
-     "the ports to use, NCCL_IB_HCA's grammar: [^][=]device[:port],...; '^' excludes, '=' matches whole names "
-     "(else prefixes); empty: every active port"},
+     "the ports to use, NCCL_IB_HCA's grammar: [^][=]device[:port],...; a leading '^' excludes the list, one "
+     "before a later entry that entry (mlx5,^mlx5_2); '=' matches whole names (else prefixes); empty: every active "
+     "port"},
     {"CHORUS_IB_GID_INDEX", "int", "-1",
      "RoCE GID index; -1 chooses: a RoCE v2 IPv4-mapped GID, else RoCE v2 IPv6, else RoCE v1"},
     {"CHORUS_IB_QPS_PER_PEER", "int", "1", "reliable-connected queue pairs per peer; large messages are striped "
