@@ -10,8 +10,9 @@
 //
 //  Rendezvous. Larger payloads are written into the receiver's buffer. The sender announces the message (RTS: its
 //  OpTag and length), so that a receiver that expects a shorter message or another call fails naming both
-//  instead of waiting for a message that will not come; the receiver does not wait for it. The receiver advertises a posted receive
-//  with a clear-to-send (CTS: its OpTag, length, address, rkey, from the registration cache); the sender checks
+//  instead of waiting for a message that will not come; the receiver does not wait for it. The receiver
+//  advertises a posted receive with a clear-to-send (CTS: its OpTag, length, address, rkey, from the registration
+//  cache); the sender checks
 //  the CTS against its call (a mismatch names both calls, as on every transport) and RDMA-WRITEs the payload,
 //  split over queue pairs by planPieces() (protocol.h), the last piece on each QP WITH IMMEDIATE (class and
 //  number): a QP's writes land in order, so when the receiver has seen one immediate per QP used, the payload
@@ -29,7 +30,7 @@
 //  waits for traffic in the other, and a sender at zero credits of a class always has a request out: it asked
 //  when it crossed half, an answer brings at least one credit, and the next send that leaves it at half or less
 //  asks again. At most one answer per class and one goodbye or abort are in flight: the three spare slots.
-
+//
 //  Leaving. A goodbye follows this side's last send and says how many messages of each class it sent: a
 //  receive numbered beyond them will never be served, and fails naming its call; one below may still be
 //  completing on another QP.
