@@ -12,11 +12,10 @@
 //  OpTag and length), so that a receiver that expects a shorter message or another call fails naming both
 //  instead of waiting for a message that will not come; the receiver does not wait for it. The receiver
 //  advertises a posted receive with a clear-to-send (CTS: its OpTag, length, address, rkey, from the registration
-//  cache); the sender checks
-//  the CTS against its call (a mismatch names both calls, as on every transport) and RDMA-WRITEs the payload,
-//  split over queue pairs by planPieces() (protocol.h), the last piece on each QP WITH IMMEDIATE (class and
-//  number): a QP's writes land in order, so when the receiver has seen one immediate per QP used, the payload
-//  is in place. At most `advertised` receives of each class are advertised at once, which bounds the receive
+//  cache); the sender checks the CTS against its call (a mismatch names both calls, as on every transport) and
+//  RDMA-WRITEs the payload, split over queue pairs by planPieces() (protocol.h), the last piece on each QP WITH
+//  IMMEDIATE (class and number): a QP's writes land in order, so when the receiver has seen one immediate per QP
+//  used, the payload is in place. At most `advertised` receives of each class are advertised at once, which bounds the receive
 //  work requests the immediates consume; per class, so that a standing receive waiting for a message that comes
 //  much later never holds up the other class.
 //
