@@ -51,14 +51,14 @@ constexpr uint64_t wrKind(uint64_t id) { return id >> 56; }
 constexpr uint64_t wrValue(uint64_t id) { return id & ((uint64_t(1) << 56) - 1); }
 constexpr uint64_t recvValue(int qp, int slot) { return uint64_t(qp) << 24 | uint64_t(slot); }
 
-const char* kindName(Completion::Kind k) {
-  switch (k) {
-    case Completion::Kind::Send: return "send";
-    case Completion::Kind::Write: return "RDMA write";
-    case Completion::Kind::Recv: return "receive";
-    case Completion::Kind::RecvImm: return "receive (write with immediate)";
+// What a work request was, by its id (a failed completion's opcode is undefined).
+const char* requestName(uint64_t id) {
+  switch (wrKind(id)) {
+    case kWrRecv: return "receive";
+    case kWrSend: return "send";
+    case kWrWrite: return "RDMA write";
+    default: return "work request";
   }
-  return "?";
 }
 
 }  // namespace
@@ -229,7 +229,7 @@ void Channel::isend(const void* buf, size_t len, const OpTag& tag, Request* req)
   if (auto it = c.earlyCts.find(op->msgSeq); it != c.earlyCts.end()) {
     op->cts = it->second;
     c.earlyCts.erase(it);
-    checkCts(*op, *op->cts);
+    expect(op->tag, op->len, op->rendezvous, *op->cts);
   }
   c.sends.push_back(std::move(op));
   advance();
@@ -243,13 +243,9 @@ void Channel::irecv(void* buf, size_t len, const OpTag& tag, Request* req) {
   if (auto it = c.early.find(op->msgSeq); it != c.early.end()) {
     const Held held = it->second;
     c.early.erase(it);
-    const bool announced = held.header.type == MsgType::Rts;
-    if (op->rendezvous != announced || tagOf(held.header) != tag || held.header.len != len)
-      mismatch(tag, len, held.header);
-    if (!announced) deliver(*op, recvSlots_[size_t(held.slot)].mem.get() + kHeaderBytes);
+    const bool done = take(*op, held.header, recvSlots_[size_t(held.slot)].mem.get() + kHeaderBytes);
     repost(held.slot);
-    ++c.freed;
-    if (!announced) {
+    if (done) {
       advance();  // the freed credit may answer a request
       return;
     }
@@ -259,9 +255,13 @@ void Channel::irecv(void* buf, size_t len, const OpTag& tag, Request* req) {
   advance();
 }
 
-void Channel::deliver(RecvOp& op, const uint8_t* payload) {
+bool Channel::take(RecvOp& op, const WireHeader& h, const uint8_t* payload) {
+  expect(op.tag, op.len, op.rendezvous, h);
+  ++classes_[op.cls].freed;
+  if (op.rendezvous) return false;
   if (op.len > 0) std::memcpy(op.buf, payload, op.len);
   op.req->done = true;
+  return true;
 }
 
 void Channel::unserved(const RecvOp& op) const {
@@ -270,8 +270,9 @@ void Channel::unserved(const RecvOp& op) const {
                          describe(op.tag)));
 }
 
-void Channel::checkCts(const SendOp& op, const WireHeader& cts) const {
-  if (!op.rendezvous || tagOf(cts) != op.tag || cts.len != op.len) mismatch(op.tag, op.len, cts);
+void Channel::expect(const OpTag& tag, size_t len, bool rendezvous, const WireHeader& theirs) const {
+  if ((theirs.type != MsgType::Eager) != rendezvous || tagOf(theirs) != tag || theirs.len != len)
+    mismatch(tag, len, theirs);
 }
 
 bool Channel::tryAnnounce(SendOp& op) {
@@ -372,7 +373,7 @@ bool Channel::advance() {
 
 void Channel::onCompletion(const Completion& c) {
   if (!c.ok)
-    failPeer(fmt::format("failed: a {} on queue pair {} completed with {}", kindName(c.kind), c.qp, c.status));
+    failPeer(fmt::format("failed: a {} on queue pair {} completed with {}", requestName(c.wrId), c.qp, c.status));
   const uint64_t v = wrValue(c.wrId);
   switch (c.kind) {
     case Completion::Kind::Send: {
@@ -428,9 +429,9 @@ bool Channel::onMessage(const WireHeader& h, const uint8_t* payload, size_t byte
     case MsgType::Eager:
       if (bytes != h.len || h.len > config_.eagerBytes)
         failPeer(fmt::format("sent {} bytes for an eager message of {}: not this protocol", bytes, h.len));
-      return onEager(h, payload, slot);
+      return onArrival(h, payload, slot);
     case MsgType::Rts:
-      return onRts(h, slot);
+      return onArrival(h, nullptr, slot);
     case MsgType::Cts:
       onCts(h);
       ++classes_[h.cls].freed;
@@ -456,36 +457,17 @@ bool Channel::onMessage(const WireHeader& h, const uint8_t* payload, size_t byte
   failPeer(fmt::format("sent a message of type {}: not this protocol", int(h.type)));
 }
 
-bool Channel::onEager(const WireHeader& h, const uint8_t* payload, int slot) {
+bool Channel::onArrival(const WireHeader& h, const uint8_t* payload, int slot) {
   Class& c = classes_[h.cls];
   auto it = c.recvs.find(h.msgSeq);
   if (it == c.recvs.end()) {
     if (h.msgSeq < c.nextRecv || c.early.count(h.msgSeq) != 0)
       failPeer(fmt::format("sent message #{} of its class twice: not this protocol", h.msgSeq));
     c.early.emplace(h.msgSeq, Held{h, slot});
-    ++stats_.unexpected;
+    if (h.type == MsgType::Eager) ++stats_.unexpected;
     return true;
   }
-  RecvOp& op = *it->second;
-  if (op.rendezvous || tagOf(h) != op.tag || h.len != op.len) mismatch(op.tag, op.len, h);
-  deliver(op, payload);
-  c.recvs.erase(it);
-  ++c.freed;
-  return false;
-}
-
-bool Channel::onRts(const WireHeader& h, int slot) {
-  Class& c = classes_[h.cls];
-  auto it = c.recvs.find(h.msgSeq);
-  if (it == c.recvs.end()) {
-    if (h.msgSeq < c.nextRecv || c.early.count(h.msgSeq) != 0)
-      failPeer(fmt::format("announced message #{} of its class twice: not this protocol", h.msgSeq));
-    c.early.emplace(h.msgSeq, Held{h, slot});
-    return true;
-  }
-  const RecvOp& op = *it->second;
-  if (!op.rendezvous || tagOf(h) != op.tag || h.len != op.len) mismatch(op.tag, op.len, h);
-  ++c.freed;
+  if (take(*it->second, h, payload)) c.recvs.erase(it);
   return false;
 }
 
@@ -502,7 +484,7 @@ void Channel::onCts(const WireHeader& h) {
   }
   SendOp& op = **it;
   if (op.cts) failPeer(fmt::format("advertised message #{} of its class twice: not this protocol", h.msgSeq));
-  checkCts(op, h);
+  expect(op.tag, op.len, op.rendezvous, h);
   op.cts = h;
 }
 

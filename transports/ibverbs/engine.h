@@ -89,13 +89,15 @@ class Channel {
   bool tryWrite(SendOp& op);
   // Each returns true when it keeps the slot the message landed in.
   bool onMessage(const WireHeader& h, const uint8_t* payload, size_t bytes, int slot);
-  bool onEager(const WireHeader& h, const uint8_t* payload, int slot);
-  bool onRts(const WireHeader& h, int slot);
+  // A message a receive takes (an eager payload, or a rendezvous message's RTS): to its posted receive, or held.
+  bool onArrival(const WireHeader& h, const uint8_t* payload, int slot);
   void onCts(const WireHeader& h);
   void onImm(uint32_t imm);
-  void deliver(RecvOp& op, const uint8_t* payload);
-  void finishRecv(int cls, uint64_t msgSeq);
-  void checkCts(const SendOp& op, const WireHeader& cts) const;
+  // op takes message h (its payload, for an eager one): h must be op's call, or both calls are named. Returns true
+  // when op is complete.
+  bool take(RecvOp& op, const WireHeader& h, const uint8_t* payload);
+  // theirs (an eager message, RTS or CTS) must be the call (tag, len, mode) this side made.
+  void expect(const OpTag& tag, size_t len, bool rendezvous, const WireHeader& theirs) const;
 
   const ChannelConfig config_;
   Fabric& fabric_;

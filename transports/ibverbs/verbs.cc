@@ -326,10 +326,8 @@ Completion toCompletion(const ibv_wc& wc, int qpIndex) {
   c.qp = qpIndex;
   c.wrId = wc.wr_id;
   c.ok = wc.status == IBV_WC_SUCCESS;
-  if (!c.ok) {
+  if (!c.ok) {  // its opcode is undefined: the engine names the request by its id
     c.status = fmt::format("{} (vendor error {:#x})", ibv_wc_status_str(wc.status), wc.vendor_err);
-    // A failed completion's opcode is undefined; the id says what the request was.
-    c.kind = (wc.wr_id >> 56) == 1 ? Completion::Kind::Recv : Completion::Kind::Send;
     return c;
   }
   switch (wc.opcode) {
