@@ -346,21 +346,33 @@ class IbverbsTransport final : public Transport {
     }
   }
 
-  bool pollCompletions() {
+  // Takes every completion waiting and hands each to each(peer, completion); true if there was any.
+  template <typename Each>
+  bool drainCompletions(Each&& each) {
     bool moved = false;
     ibv_wc wcs[32];
     for (;;) {
       const int n = ibv_poll_cq(port_.cq(), 32, wcs);
       if (n < 0) fail(chorusSystemError, "ibverbs: ibv_poll_cq on {} failed", port_.name());
-      for (int i = 0; i < n; ++i) {
-        auto it = byQpn_.find(wcs[i].qp_num);
-        if (it == byQpn_.end()) continue;  // a queue pair already closed
-        const int q = it->second.second;  // not a structured binding: clang 14 cannot capture one in a lambda
-        guarded(it->second.first, [&](Channel& ch) { ch.onCompletion(toCompletion(wcs[i], q)); });
-      }
+      for (int i = 0; i < n; ++i)
+        if (auto it = byQpn_.find(wcs[i].qp_num); it != byQpn_.end())  // else a queue pair already closed
+          each(it->second.first, toCompletion(wcs[i], it->second.second));
       moved |= n > 0;
       if (n < 32) return moved;
     }
+  }
+
+  bool pollCompletions() {
+    return drainCompletions([&](int peer, const Completion& c) {
+      guarded(peer, [&](Channel& ch) { ch.onCompletion(c); });
+    });
+  }
+
+  // Whether the peer closed its TCP connection (it left, or its process died). Never blocks.
+  static bool peerClosed(const Conn& c) {
+    uint8_t b;
+    const ssize_t r = ::recv(c.sock.get(), &b, 1, MSG_DONTWAIT | MSG_PEEK);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
   }
 
   // A peer whose connection closed without a goodbye died: nothing more goes to it or comes from it.
@@ -382,10 +394,7 @@ class IbverbsTransport final : public Transport {
       }
       const int peer = int(evs[i].data.u64);
       Conn& c = *conns_.at(peer);
-      if (c.gone) continue;
-      uint8_t b;
-      const ssize_t r = ::recv(c.sock.get(), &b, 1, MSG_DONTWAIT);
-      if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) continue;
+      if (c.gone || !peerClosed(c)) continue;
       c.gone = true;
       epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.sock.get(), nullptr);
       // Its goodbye, if it said one, may still wait in the completion queue.
@@ -439,18 +448,18 @@ class IbverbsTransport final : public Transport {
       }
     };
     while (!finished() && Clock::now() < deadline) {
-      ibv_wc wcs[32];
-      const int n = ibv_poll_cq(port_.cq(), 32, wcs);
-      for (int i = 0; i < n; ++i)
-        if (auto it = byQpn_.find(wcs[i].qp_num); it != byQpn_.end()) {
-          const int q = it->second.second;
-          step(*conns_.at(it->second.first), [&](Channel& ch) { ch.onCompletion(toCompletion(wcs[i], q)); });
-        }
-      bool moved = n > 0;
+      bool moved = false;
+      try {
+        moved = drainCompletions([&](int peer, const Completion& done) {
+          step(*conns_.at(peer), [&](Channel& ch) { ch.onCompletion(done); });
+        });
+      } catch (const Error& e) {  // the completion queue itself failed: nothing more can move
+        CHORUS_DEBUG(kNet, "{}: while closing over ibverbs: {}", self(), e.what());
+        return;
+      }
       for (auto& [peer, c] : conns_) {
         step(*c, [&](Channel& ch) { moved |= ch.advance(); });
-        uint8_t b;
-        if (!c->gone && c->watched && ::recv(c->sock.get(), &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0) c->gone = true;
+        if (!c->gone && c->watched && peerClosed(*c)) c->gone = true;
       }
       if (!moved) {
         pollfd p{epoll_.get(), POLLIN, 0};
