@@ -10,8 +10,8 @@
 # env:   NRANKS="2 4"  MAXBYTES=256M  RUNS=5  PEERS=<regex over peer names>  STAT=median|best
 #        CHORUS_ENV="VAR=value ..." (extra environment for the Chorus runs; CHORUS_SHM_DISABLE=1 for TCP)
 #        CHORUS_NAME (default chorus-shm, or chorus-tcp when CHORUS_ENV disables shm)
-#        BOUND=1 (the default over TCP): one more side, tcp-bound (bench/tcp_bound: how fast the loopback streams
-#        a ring allreduce's bytes with nothing reduced), shown beside Chorus in the --vs table
+#        STREAM=1 (the default over TCP): one more side, tcp-stream (bench/tcp_stream: how fast the loopback
+#        streams a ring allreduce's bytes with nothing reduced), shown beside Chorus in the --vs table
 # e.g.   shm against the peers' shared-memory paths: PEERS='openmpi-vader|mpich-default' scripts/bench_vs_peers.sh
 #        TCP against the TCP peers:  CHORUS_ENV=CHORUS_SHM_DISABLE=1 scripts/bench_vs_peers.sh
 # needs: the peers' packages (see ../shared/peers/README.md) and a built tree (build/).
@@ -25,8 +25,8 @@ RUNS=${RUNS:-5}
 STAT=${STAT:-median}
 PEERS=${PEERS:-'gloo-ring$|gloo-ring_chunked|gloo-halving_doubling|openmpi-tcp|mpich-tcp|torch-gloo'}
 case " ${CHORUS_ENV:-} " in
-  *" CHORUS_SHM_DISABLE=1 "*) CHORUS_NAME=${CHORUS_NAME:-chorus-tcp} BOUND=${BOUND:-1} ;;
-  *) CHORUS_NAME=${CHORUS_NAME:-chorus-shm} BOUND=${BOUND:-0} ;;
+  *" CHORUS_SHM_DISABLE=1 "*) CHORUS_NAME=${CHORUS_NAME:-chorus-tcp} STREAM=${STREAM:-1} ;;
+  *) CHORUS_NAME=${CHORUS_NAME:-chorus-shm} STREAM=${STREAM:-0} ;;
 esac
 # Every peer run_all.sh knows, in its order; the ones whose library is missing it skips itself.
 known="gloo-ring gloo-ring_chunked gloo-halving_doubling gloo-bcube gloo-new_ring gloo-new_bcube openmpi-vader
@@ -44,10 +44,10 @@ side() {  # side NAME N: one sweep of Chorus or of one peer into the round's fol
       -- env ${CHORUS_ENV:-} "$top/build/scripts/chorusrun" -n "$n" --no-prefix \
       "$top/build/bench/all_reduce_perf" -a 1 -P 1 -z 1 -b 8 -e "$MAXBYTES" -f 2 -c 1 ||
       echo "failed: $CHORUS_NAME-$n (see $dir/$CHORUS_NAME-$n.txt)" >&2
-  elif [ "$name" = tcp-bound ]; then
-    /usr/bin/python3 "$out/peers/runpeer.py" --out "$dir/tcp-bound-$n.txt" --timeout 600 \
-      -- "$top/build/bench/tcp_bound" -n "$n" -b 64K -e "$MAXBYTES" -f 2 ||
-      echo "failed: tcp-bound-$n (see $dir/tcp-bound-$n.txt)" >&2
+  elif [ "$name" = tcp-stream ]; then
+    /usr/bin/python3 "$out/peers/runpeer.py" --out "$dir/tcp-stream-$n.txt" --timeout 600 \
+      -- "$top/build/bench/tcp_stream" -n "$n" -b 64K -e "$MAXBYTES" -f 2 ||
+      echo "failed: tcp-stream-$n (see $dir/tcp-stream-$n.txt)" >&2
   else
     NRANKS="$n" PEERS="^$name\$" MAXBYTES="$MAXBYTES" REPEAT_PEERS= SKIP_BUILD=1 RESULTS_DIR="$dir" \
       bash "$out/peers/run_all.sh" >>"$dir/peers.log" 2>&1 || echo "failed: $name-$n (see $dir/peers.log)" >&2
@@ -59,7 +59,7 @@ for run in $(seq 1 "$RUNS"); do
   mkdir -p "$dir"
   for n in $NRANKS; do
     jobs=("$CHORUS_NAME" "${peers[@]}")
-    [ "$BOUND" = 1 ] && jobs+=(tcp-bound)
+    [ "$STREAM" = 1 ] && jobs+=(tcp-stream)
     k=${#jobs[@]} off=$(((run - 1) / 2))
     for ((i = 0; i < k; i++)); do
       j=$(((i + off) % k))
@@ -69,5 +69,5 @@ for run in $(seq 1 "$RUNS"); do
   done
 done
 /usr/bin/python3 "$top/scripts/peer_table.py" --stat "$STAT" "$out"/run*/
-/usr/bin/python3 "$top/scripts/peer_table.py" --stat "$STAT" --vs "$CHORUS_NAME" --bound tcp-bound "$out"/run*/
+/usr/bin/python3 "$top/scripts/peer_table.py" --stat "$STAT" --vs "$CHORUS_NAME" --stream tcp-stream "$out"/run*/
 echo "tables in $out"

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Tables of nccl-tests-style sweeps (<peer>-<nranks>.txt) from one or more run folders.
 
-usage: peer_table.py [--stat median|best] [--vs NAME [--bound NAME]] RUN_DIR...
+usage: peer_table.py [--stat median|best] [--vs NAME [--stream NAME]] RUN_DIR...
 
 Without --vs: a markdown table of latency at 8 B and busbw at 64 KiB, 1 MiB, 16 MiB, 64 MiB, 256 MiB (or the
 sizes in $SIZES, e.g. SIZES="8 64K 1M") per peer and rank count, over the runs.
 With --vs NAME: for each rank count and every size, NAME against the best of the other peers at that size
 (chosen by the same statistic), with the ratio (time ratio below 64 KiB, busbw ratio from 64 KiB) and both
 sides' spread over the runs: the table of issue 18's targets.
-With --bound NAME as well (bench/tcp_bound's side, tcp-bound): NAME is not a peer; from 64 KiB two more columns
-give its busbw and how much of it Chorus reached.
+With --stream NAME as well (bench/tcp_stream's side, tcp-stream): NAME is not a peer; from 64 KiB two more
+columns give its busbw and Chorus's as a fraction of it.
 --stat median (default): the median of the runs per point; best: the shortest time (highest busbw).
 Rows are any line whose first field is an integer size; time is the 5th field and busbw the 7th (the peers'
 layout, which all_reduce_perf prints with -P 1)."""
@@ -20,14 +20,14 @@ import statistics
 import sys
 
 args = sys.argv[1:]
-stat, vs, bound = "median", None, None
+stat, vs, stream = "median", None, None
 while args and args[0].startswith("--"):
     if args[0] == "--stat" and len(args) > 1 and args[1] in ("median", "best"):
         stat, args = args[1], args[2:]
     elif args[0] == "--vs" and len(args) > 1:
         vs, args = args[1], args[2:]
-    elif args[0] == "--bound" and len(args) > 1:
-        bound, args = args[1], args[2:]
+    elif args[0] == "--stream" and len(args) > 1:
+        stream, args = args[1], args[2:]
     else:
         sys.exit(__doc__)
 
@@ -94,14 +94,14 @@ if vs is None:
 
 for n in sorted({k[1] for k in runs if k[0] == vs}):
     ours = (vs, n)
-    others = [k for k in runs if k[1] == n and k[0] not in (vs, bound)]
+    others = [k for k in runs if k[1] == n and k[0] not in (vs, stream)]
     nruns = max(len(v) for v in runs[ours].values())
-    bounded = bound is not None and (bound, n) in runs
+    streamed = stream is not None and (stream, n) in runs
     print(f"\n{vs}, {n} ranks: {stat} of {nruns} runs; time in us below 64 KiB, busbw in GB/s from 64 KiB; "
           "ratio > 1: Chorus ahead")
-    extra = f" {bound} | {vs} / {bound} |" if bounded else ""
+    extra = f" {stream} | {vs} / {stream} |" if streamed else ""
     print(f"| bytes | {vs} | its spread | best peer | peer's spread | ratio |" + extra)
-    print("|---|---|---|---|---|---|" + "---|---|" * bounded)
+    print("|---|---|---|---|---|---|" + "---|---|" * streamed)
     for size in sorted(runs[ours]):
         small = size < 64 << 10
         mine = point(ours, size)
@@ -116,8 +116,8 @@ for n in sorted({k[1] for k in runs if k[0] == vs}):
         else:
             ratio = mine[1] / pb if pb > 0 else float("inf")
             row = [f"{mine[1]:.2f}", spread(ours, size, False), f"{pk[0]} {pb:.2f}", spread(pk, size, False)]
-        if bounded:
-            b = point((bound, n), size)
+        if streamed:
+            b = point((stream, n), size)
             row += ["—", "—"] if small or b is None else [f"{b[1]:.2f}", f"{mine[1] / b[1]:.2f}"]
         print(f"| {label(size)} | " + " | ".join(row[:4]) + f" | {ratio:.2f} |" +
               "".join(f" {c} |" for c in row[4:]))

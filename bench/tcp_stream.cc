@@ -1,17 +1,18 @@
-// tcp_bound: how fast this host's loopback TCP can move a ring allreduce's bytes at all, for comparison with
-// the allreduce benchmarks (docs/performance.md, "The loopback's streaming bound").
+// tcp_stream: how fast this host's loopback TCP streams a ring allreduce's bytes with nothing else to do, as a
+// reference beside the allreduce benchmarks (docs/performance.md, "The loopback's streaming rate").
 //
 // P processes (forked here) in a ring over 127.0.0.1, TCP_NODELAY. For each size n, every rank streams the
 // ring allreduce's share, 2(P-1)/P * n bytes, to its right neighbour while reading as much from its left,
 // through one n-byte buffer (in place, as the peers' tables are). Nothing is reduced and no step waits for
-// another, so an allreduce over the same sockets cannot be faster: the row's busbw is an upper bound for any
-// send/recv-based allreduce on this host. Four ways of streaming are timed per size, each in two rounds, and
-// the fastest counts: one thread with non-blocking calls and poll (Chorus's way) or a sending and a receiving
-// thread with blocking calls, each with writes of 127.5 KiB (Chorus's loopback chunk) or 1 MiB.
+// another. It is not a strict bound: nothing limits how far a stream runs ahead, and an allreduce's own flow
+// control, which keeps fewer bytes in flight and so in cache, can beat it at some sizes. Four ways of streaming
+// are timed per size, each in two rounds, and the fastest counts: one thread with non-blocking calls and poll
+// (Chorus's way) or a sending and a receiving thread with blocking calls, each with writes of 127.5 KiB
+// (Chorus's loopback chunk) or 1 MiB.
 //
-// usage: tcp_bound -n P [-b 64K] [-e 256M] [-f 2] [-B bytes per timing, default 256M]
+// usage: tcp_stream -n P [-b 64K] [-e 256M] [-f 2] [-B bytes per timing, default 256M]
 // Output: the peers' single-group table (size count type redop time algbw busbw #wrong iters), time per
-// allreduce-equivalent in us, then the fastest way's name.
+// allreduce's share in us, then the fastest way's name; a comment line after each row gives every way's busbw.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -44,7 +45,7 @@ constexpr int kNumWays = sizeof kWays / sizeof kWays[0];
 constexpr int kRounds = 2;
 
 [[noreturn]] void die(const char* what) {
-  std::fprintf(stderr, "tcp_bound: %s: %s\n", what, std::strerror(errno));
+  std::fprintf(stderr, "tcp_stream: %s: %s\n", what, std::strerror(errno));
   _exit(1);
 }
 
@@ -187,7 +188,7 @@ void rankMain(int rank, int nranks, int listener, int rightPort, const std::vect
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: tcp_bound -n ranks [-b minbytes] [-e maxbytes] [-f factor] [-B bytes per timing]\n");
+  std::fprintf(stderr, "usage: tcp_stream -n ranks [-b minbytes] [-e maxbytes] [-f factor] [-B bytes per timing]\n");
   return 2;
 }
 
@@ -261,11 +262,11 @@ int main(int argc, char** argv) {
     failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
   }
   if (failed || records != worst.size() * nranks) {
-    std::fprintf(stderr, "tcp_bound: a rank failed\n");
+    std::fprintf(stderr, "tcp_stream: a rank failed\n");
     return 1;
   }
 
-  std::printf("# peer: tcp-bound (loopback streaming bound of a ring allreduce; nothing reduced)\n");
+  std::printf("# peer: tcp-stream (the loopback streaming a ring allreduce's bytes; nothing reduced)\n");
   std::printf("# nranks %d  ways: fastest of", nranks);
   for (const Way& w : kWays) std::printf(" %s", w.name);
   std::printf(", %d rounds each\n", kRounds);
