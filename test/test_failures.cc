@@ -1,5 +1,6 @@
 // Failures across real processes: a rank SIGKILLed mid-AllReduce, garbage and impostors at the bootstrap
-// root while a communicator forms, a cross-process call mismatch, and a rank that exits without destroying.
+// root while a communicator forms, a cross-process call mismatch, a rank that exits without destroying, and a
+// member of a split or shrink that is gone before it joins.
 //
 // The test binary is also the worker program: main() runs a worker scenario when given --worker=<name>
 // (re-executed via the path of /proc/self/exe, either by chorusrun or forked here with CHORUS_RANK,
@@ -164,12 +165,41 @@ int workerCrash() {
   finish(rc == chorusSuccess ? 0 : 10);
 }
 
+// Rank CHORUS_TEST_GONE leaves 200 ms after init without destroying: it exits, or with CHORUS_TEST_STOP=1 stops
+// itself (SIGSTOP). 500 ms after init the others call chorusCommSplit (CHORUS_TEST_CALL=split, one color) or
+// chorusCommShrink excluding nobody (shrink), and print @@RC <rc> <time ns> <ms> <text>.
+int workerGone() {
+  chorusComm_t comm = initOrDie();
+  int rank = -1;
+  chorusCommUserRank(comm, &rank);
+  if (rank == envInt("CHORUS_TEST_GONE", -1)) {
+    usleep(200 * 1000);
+    say("@@GONE %d", rank);
+    if (envInt("CHORUS_TEST_STOP", 0) == 1) raise(SIGSTOP);
+    finish(3);
+  }
+  usleep(500 * 1000);
+  const char* call = std::getenv("CHORUS_TEST_CALL");
+  chorusComm_t sub = nullptr;
+  int64_t t0 = monoNs();
+  chorusResult_t rc = call != nullptr && std::string(call) == "shrink"
+                          ? chorusCommShrink(comm, nullptr, 0, &sub, nullptr, CHORUS_SHRINK_DEFAULT)
+                          : chorusCommSplit(comm, 0, rank, &sub, nullptr);
+  say("@@RC %d %lld %lld %s", int(rc), (long long)monoNs(), (long long)((monoNs() - t0) / 1000000),
+      rc == chorusSuccess ? "" : chorusGetLastError(nullptr));
+  if (sub != nullptr) chorusCommDestroy(sub);
+  chorusCommAbort(comm);
+  chorusCommDestroy(comm);
+  finish(rc == chorusSuccess ? 0 : 10);
+}
+
 int runWorker(const std::string& name) {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
   if (name == "loop") return workerLoop();
   if (name == "form") return workerForm();
   if (name == "mismatch") return workerMismatch();
   if (name == "crash") return workerCrash();
+  if (name == "gone") return workerGone();
   std::fprintf(stderr, "unknown worker scenario '%s'\n", name.c_str());
   return 2;
 }
@@ -496,6 +526,49 @@ TEST(Failures, RankExitsWithoutDestroySurvivorsFailOnTheirOwn) {
   }
   EXPECT_GE(naming, 1) << "no survivor names the dead rank";
   if (lostReason) ADD_FAILURE() << kLostReason << "\n" << p.dump();
+}
+
+// A member of a split or shrink that is gone before it joins: the others fail within seconds naming it, not after
+// the creation timeout (120 s here). Exited: found by its pid on this host (by the heartbeats with a host id per
+// rank); stopped: by the heartbeats (CHORUS_PEER_TIMEOUT=1). Gone rank 0 hosts the round's root.
+TEST(Failures, SplitAndShrinkFailNamingAMemberThatIsGone) {
+  Watchdog wd(120, killAllChildren);
+  struct Case {
+    const char* call;
+    int gone;
+    bool stop;
+  };
+  for (const Case& k : {Case{"split", 2, false}, Case{"split", 0, false}, Case{"shrink", 3, false},
+                        Case{"split", 1, true}}) {
+    SCOPED_TRACE(std::string(k.call) + ", rank " + std::to_string(k.gone) + (k.stop ? " stopped" : " exited"));
+    const int n = 4;
+    const int port = freePort();
+    const uint64_t secret = randomSecret();
+    Procs p;
+    for (int r = 0; r < n; ++r) {
+      std::vector<std::string> env = rankEnv(r, n, port, secret);
+      env.insert(env.end(), {"CHORUS_TEST_GONE=" + std::to_string(k.gone), std::string("CHORUS_TEST_CALL=") + k.call,
+                             std::string("CHORUS_TEST_STOP=") + (k.stop ? "1" : "0"), "CHORUS_INIT_TIMEOUT=120",
+                             "CHORUS_PEER_TIMEOUT=1"});
+      p.spawn({selfExe(), "--worker=gone"}, env);
+    }
+    ASSERT_TRUE(p.pumpUntil([&] {
+      for (int r = 0; r < n; ++r)
+        if (r != k.gone && !(p[r].exited && p[r].fd < 0)) return false;
+      return true;
+    }, 30)) << "a survivor hung\n" << p.dump();
+    for (int r = 0; r < n; ++r) {
+      if (r == k.gone) continue;
+      SCOPED_TRACE("rank " + std::to_string(r) + "\n" + p[r].output());
+      auto f = p[r].field("RC");
+      ASSERT_TRUE(f.has_value());
+      Report rep = parseReport(*f, true);
+      EXPECT_EQ(rep.rc, kRemoteError);
+      EXPECT_LT(rep.ms, 5000);
+      EXPECT_NE(rep.text.find("rank " + std::to_string(k.gone) + " "), std::string::npos)
+          << "the error does not name the gone rank";
+    }
+  }
 }
 
 }  // namespace

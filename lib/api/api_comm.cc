@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -210,7 +211,9 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
       std::string why = std::string(refused->what()).substr(0, kMaxRendezvousPayload - sizeof colorKey);
       mine.payload.insert(mine.payload.end(), why.begin(), why.end());
     }
-    BootstrapResult all = exchangeWithRoot(rv.root(0, -1, settings.initTimeoutSec), mine,
+    std::vector<int> everyone(static_cast<size_t>(n));
+    std::iota(everyone.begin(), everyone.end(), 0);
+    BootstrapResult all = exchangeWithRoot(rv.root(0, -1, settings.initTimeoutSec, c->goneAmong(everyone)), mine,
                                            deadlineIn(settings.initTimeoutSec));
     if (refused) throw *refused;
     std::vector<int> members;  // ranks in comm of this rank's new communicator, in its order
@@ -230,7 +233,7 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
     std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return keys[a] < keys[b]; });
     const int newRank = static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
     *newcomm = createComm(static_cast<int>(members.size()), newRank,
-                          rv.root(members[0], color, settings.initTimeoutSec), settings);
+                          rv.root(members[0], color, settings.initTimeoutSec, c->goneAmong(members)), settings);
   });
 }
 
@@ -276,7 +279,7 @@ chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int ex
     rv.beginRound("shrink", excluded);
     const int newRank = static_cast<int>(std::find(survivors.begin(), survivors.end(), me) - survivors.begin());
     *newcomm = createComm(static_cast<int>(survivors.size()), newRank,
-                          rv.root(survivors[0], 0, settings.initTimeoutSec), settings);
+                          rv.root(survivors[0], 0, settings.initTimeoutSec, c->goneAmong(survivors)), settings);
   });
 }
 

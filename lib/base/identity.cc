@@ -1,11 +1,17 @@
 #include "lib/base/identity.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "lib/base/error.h"
+#include "lib/base/socket.h"
 
 namespace chorus {
 
@@ -23,6 +29,20 @@ std::string hostIdentity(const std::string& overrideId) {
   std::string boot;
   std::getline(f, boot);
   return std::string(host) + ":" + boot;
+}
+
+bool processGone(int pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  // kill(pid, 0) still succeeds for a process that exited but was not reaped yet: look at its state too.
+  char path[64], stat[512];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  Fd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return errno == ENOENT;
+  ssize_t n = ::read(fd.get(), stat, sizeof stat - 1);
+  if (n <= 0) return false;
+  stat[n] = '\0';
+  const char* paren = std::strrchr(stat, ')');  // "pid (comm) S ...": comm may contain anything
+  return paren != nullptr && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
 }  // namespace chorus

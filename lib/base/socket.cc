@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -158,6 +159,16 @@ Fd connectTo(const SockAddr& addr, Deadline deadline) {
       fail(chorusTimeout, "could not connect to {} before the deadline: {}", addr.str(), std::strerror(e));
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+  }
+}
+
+bool waitReadable(int fd, Deadline until) {
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    pollfd p{fd, POLLIN, 0};
+    int r = ::poll(&p, 1, static_cast<int>(std::max<decltype(left)>(left, 0)));
+    if (r > 0) return true;
+    if (r == 0 || errno != EINTR) return false;
   }
 }
 

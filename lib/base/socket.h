@@ -55,6 +55,8 @@ Fd bindTo(const SockAddr& addr, SockAddr* bound);
 // Retries refused and reset connections until the deadline (the listener may not be up yet, or just closed).
 Fd connectTo(const SockAddr& addr, Deadline deadline);
 void setNonBlocking(int fd);
+// True when fd has something to read (or has hung up) before `until`.
+bool waitReadable(int fd, Deadline until);
 void tuneDataSocket(int fd);  // TCP_NODELAY, keepalive and user timeout so a cut link surfaces as an error
 
 // Whole-buffer I/O on a blocking or non-blocking fd, bounded by the deadline. Throw chorusTimeout on expiry and

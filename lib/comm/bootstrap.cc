@@ -4,6 +4,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -28,6 +29,11 @@ constexpr size_t kMaxPayload = kMaxRendezvousPayload;
 constexpr size_t kMaxInfoFrame = 1024 + sizeof(auth::Nonce) + sizeof(auth::Mac) + 2 * (4 + sizeof(sockaddr_storage)) + (4 + kMaxPayload) + kMaxTransports * (64 + transport::kMaxAddressBytes);
 constexpr size_t kMaxTableFrame = 64u << 20;
 constexpr double kHandshakeSeconds = 5.0;
+// How often a rendezvous round looks for members that are gone (Note [Members gone] in rendezvous.cc).
+constexpr auto kWatchPeriod = std::chrono::milliseconds(100);
+// The first word of the root's table: the table follows, or the reason it failed. A member found gone is a
+// remote error; anything else (disagreeing ranks, the timeout) a usage error.
+constexpr uint32_t kTableOk = 0, kTableRefused = 1, kTableMemberGone = 2;
 
 // What the root sends first on every connection (Note [Authentication] in lib/base/auth.cc).
 struct Challenge {
@@ -135,6 +141,7 @@ struct Joiner {
   std::vector<uint8_t> buf;  // partial frame: 4-byte length then payload
   RankInfo info;
   bool joined = false;
+  bool answered = false;     // its table (or the reason there is none) was sent
 };
 
 // Reads what is available of j's one frame; "" when complete, "wait" for more, else why to drop it.
@@ -177,15 +184,44 @@ std::string readJoin(Joiner& j, const auth::Key& key) {
 
 }  // namespace
 
-void serveRoot(Fd listener, uint64_t secret, double timeoutSec) {
+void serveRoot(Fd listener, uint64_t secret, double timeoutSec, std::function<std::string(int member)> memberGone) {
   Deadline deadline = deadlineIn(timeoutSec);
+  Deadline nextWatch = Clock::now();
   const auth::Key joinK = joinKey(secret), tableK = tableKey(secret);
   std::vector<Joiner> conns;
   std::map<int, size_t> byRank;
   int nranks = -1;
-  std::string failure;
+  std::string failure;      // the round is refused (ranks disagree): everyone who joined is told at the end
+  std::string lost;         // a member is gone (Note [Members gone]): every live member is told as it joins
+  std::vector<uint8_t> lostTable;  // what the joiners are told then
+  std::vector<bool> gone;   // by rank, once a member is watched
+  auto answer = [&](Joiner& c, const std::vector<uint8_t>& table) {
+    c.answered = true;
+    try {
+      std::vector<uint8_t> frame = table;
+      const auth::Mac m = auth::mac(tableK, c.nonce.data(), c.nonce.size(), table.data(), table.size());
+      frame.insert(frame.end(), m.begin(), m.end());
+      sendFrame(c.fd.get(), frame, deadlineIn(10.0), fmt::format("rank {}", c.info.rank));
+    } catch (const Error& e) {
+      CHORUS_WARN(kBootstrap, "bootstrap root could not answer rank {}: {}", c.info.rank, e.what());
+    }
+  };
+  auto failed = [](uint32_t status, const std::string& why) {
+    CHORUS_WARN(kBootstrap, "bootstrap root failed: {}", why);
+    Writer w;
+    w.put<uint32_t>(status);
+    w.putString(why);
+    return w.take();
+  };
+  // Every rank has joined; or, once a member is lost, every rank has joined or is gone too.
+  auto settled = [&] {
+    if (nranks < 0) return false;
+    for (int r = 0; r < nranks; ++r)
+      if (!byRank.count(r) && (lost.empty() || !gone[static_cast<size_t>(r)])) return false;
+    return true;
+  };
   setNonBlocking(listener.get());
-  while (Clock::now() < deadline && failure.empty() && (nranks < 0 || static_cast<int>(byRank.size()) < nranks)) {
+  while (Clock::now() < deadline && failure.empty() && !settled()) {
     std::vector<pollfd> pfds{{listener.get(), POLLIN, 0}};
     for (auto& c : conns) pfds.push_back({c.fd.get(), static_cast<short>(c.joined ? 0 : POLLIN), 0});
     ::poll(pfds.data(), pfds.size(), 100);
@@ -194,7 +230,7 @@ void serveRoot(Fd listener, uint64_t secret, double timeoutSec) {
       from.len = sizeof from.ss;
       int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from.ss), &from.len, SOCK_CLOEXEC);
       if (fd < 0) break;
-      Joiner j{Fd(fd), from, deadlineIn(kHandshakeSeconds), auth::freshNonce(), {}, {}, {}, false};
+      Joiner j{Fd(fd), from, deadlineIn(kHandshakeSeconds), auth::freshNonce(), {}, {}, {}};
       const Challenge c{kChallengeMagic, kBootVersion, j.challenge};
       // A fresh socket's buffer takes 24 bytes at once; one that does not is not worth waiting for.
       if (::send(j.fd.get(), &c, sizeof c, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof c)) {
@@ -234,32 +270,42 @@ void serveRoot(Fd listener, uint64_t secret, double timeoutSec) {
       for (size_t k = 0; k < conns.size(); ++k)
         if (conns[k].joined) byRank[conns[k].info.rank] = k;
     }
+    if (memberGone && failure.empty() && nranks > 0 && Clock::now() >= nextWatch) {
+      nextWatch = Clock::now() + kWatchPeriod;
+      gone.resize(static_cast<size_t>(nranks));
+      for (int r = 0; r < nranks; ++r) {
+        if (byRank.count(r) || gone[static_cast<size_t>(r)]) continue;
+        std::string why = memberGone(r);
+        if (why.empty()) continue;
+        gone[static_cast<size_t>(r)] = true;
+        if (!lost.empty()) continue;
+        lost = why + ", so it cannot join";
+        lostTable = failed(kTableMemberGone, lost);
+      }
+    }
+    // Once a member is lost, whoever joins is told at once, and the root waits for the other live members so
+    // that they hear the reason from it too (a late one would otherwise find no root, or blame its host).
+    if (!lost.empty() && failure.empty())
+      for (auto& c : conns)
+        if (c.joined && !c.answered) answer(c, lostTable);
   }
-  if (failure.empty() && (nranks < 0 || static_cast<int>(byRank.size()) < nranks))
+  if (failure.empty() && lost.empty() && !settled())
     failure = fmt::format("only {} of {} ranks joined within {} s", byRank.size(), nranks, timeoutSec);
-  Writer w;
-  if (failure.empty()) {
-    w.put<uint32_t>(0);
+  std::vector<uint8_t> table;
+  if (!failure.empty()) {
+    table = failed(kTableRefused, failure);
+  } else if (!lost.empty()) {
+    table = lostTable;
+  } else {
+    Writer w;
+    w.put<uint32_t>(kTableOk);
     w.put<uint64_t>(randomU64());
     w.put<int32_t>(nranks);
     for (int r = 0; r < nranks; ++r) putInfo(w, conns[byRank[r]].info);
-  } else {
-    CHORUS_WARN(kBootstrap, "bootstrap root failed: {}", failure);
-    w.put<uint32_t>(1);
-    w.putString(failure);
+    table = w.take();
   }
-  const std::vector<uint8_t> table = w.take();
-  for (auto& c : conns) {
-    if (!c.joined) continue;
-    try {
-      std::vector<uint8_t> frame = table;
-      const auth::Mac m = auth::mac(tableK, c.nonce.data(), c.nonce.size(), table.data(), table.size());
-      frame.insert(frame.end(), m.begin(), m.end());
-      sendFrame(c.fd.get(), frame, deadlineIn(10.0), fmt::format("rank {}", c.info.rank));
-    } catch (const Error& e) {
-      CHORUS_WARN(kBootstrap, "bootstrap root could not answer rank {}: {}", c.info.rank, e.what());
-    }
-  }
+  for (auto& c : conns)
+    if (c.joined && !c.answered) answer(c, table);
 }
 
 void encodeUniqueId(const UniqueIdData& d, chorusUniqueId* id) {
@@ -294,11 +340,19 @@ UniqueIdData decodeUniqueId(const chorusUniqueId& id) {
 }
 
 void startRoot(Fd listener, uint64_t secret, double timeoutSec) {
-  std::thread(serveRoot, std::move(listener), secret, timeoutSec).detach();
+  std::thread(serveRoot, std::move(listener), secret, timeoutSec, nullptr).detach();
 }
 
 BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine, Deadline deadline) {
   std::string who = "the bootstrap root at " + root.root.str();
+  // A rendezvous round's root runs in its host's process: when that is gone, fail now (Note [Members gone]).
+  auto hostGone = [&] {
+    if (!root.memberGone) return;
+    std::string why = root.memberGone(0);
+    if (!why.empty()) fail(chorusRemoteError, "{} will not answer, as its host {}", who, why);
+  };
+  // Waits so long at most before looking again.
+  auto step = [&] { return root.memberGone ? std::min(deadline, Clock::now() + kWatchPeriod) : deadline; };
   // Network I/O of the exchange: true when it went through, false when the root closed the connection first
   // (chorusRemoteError), which is tried again below; anything else is thrown.
   auto went = [](auto&& io) {
@@ -323,7 +377,14 @@ BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine,
   // drops it after the challenge, as that root may serve another round on the same port; others fail at once.
   for (;;) {
     if (Clock::now() >= deadline) fail(chorusTimeout, "could not join {} before the deadline", who);
-    Fd fd = connectTo(root.root, deadline);
+    hostGone();
+    Fd fd;
+    try {
+      fd = connectTo(root.root, step());
+    } catch (const Error& e) {
+      if (e.code() != chorusTimeout || !root.memberGone) throw;
+      continue;
+    }
     Challenge c;
     if (!went([&] { recvAll(fd.get(), &c, sizeof c, deadline, who); })) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -339,6 +400,10 @@ BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine,
     bool answered = false;
     try {
       sendFrame(fd.get(), signedJoin, deadline, who);
+      while (root.memberGone && !waitReadable(fd.get(), step())) {
+        hostGone();
+        if (Clock::now() >= deadline) fail(chorusTimeout, "{} did not answer before the deadline", who);
+      }
       frame = recvFrame(fd.get(), kMaxTableFrame, deadline, who);
       answered = true;
     } catch (const Error& e) {
@@ -368,8 +433,9 @@ void decodeJoin(const std::vector<uint8_t>& payload, const std::string& who, aut
 
 BootstrapResult decodeTable(const std::vector<uint8_t>& frame, int nranks, const std::string& who) {
   Reader rd(frame, who);
-  if (rd.get<uint32_t>() != 0)
-    fail(chorusInvalidUsage, "communicator creation failed at the bootstrap root: {}", rd.getString(4096));
+  if (uint32_t status = rd.get<uint32_t>(); status != kTableOk)
+    fail(status == kTableMemberGone ? chorusRemoteError : chorusInvalidUsage,
+         "communicator creation failed at the bootstrap root: {}", rd.getString(4096));
   BootstrapResult res;
   res.commId = rd.get<uint64_t>();
   int n = rd.get<int32_t>();

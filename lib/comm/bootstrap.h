@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,13 +39,18 @@ struct UniqueIdData {
   uint64_t secret = 0;
   SockAddr root;
   bool rendezvous = false;  // a root of Note [Rendezvous]: joiners it drops try again until their deadline
+  // Rendezvous rounds only (Note [Members gone]): describes the member with this rank in the communicator being
+  // formed when it is known to be gone, else "". The root's host is that communicator's rank 0.
+  std::function<std::string(int member)> memberGone;
 };
 
 void encodeUniqueId(const UniqueIdData& data, chorusUniqueId* id);
 UniqueIdData decodeUniqueId(const chorusUniqueId& id);  // throws chorusInvalidArgument when not a Chorus id
 
-// Serves one communicator's creation on `listener` (listening), then returns (also after `timeoutSec`).
-void serveRoot(Fd listener, uint64_t secret, double timeoutSec);
+// Serves one communicator's creation on `listener` (listening), then returns (also after `timeoutSec`, or as soon
+// as `memberGone`, when given, names a rank that has not joined).
+void serveRoot(Fd listener, uint64_t secret, double timeoutSec,
+               std::function<std::string(int member)> memberGone);
 // serveRoot on a detached thread of its own.
 void startRoot(Fd listener, uint64_t secret, double timeoutSec);
 

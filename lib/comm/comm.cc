@@ -522,6 +522,18 @@ void Comm::startLiveness(const std::vector<RankInfo>& ranks) {
                                          [this](chorusResult_t code, const std::string& why) { failFromOutside(code, why); });
 }
 
+std::function<std::string(int member)> Comm::goneAmong(std::vector<int> members) const {
+  return [this, members = std::move(members)](int member) -> std::string {
+    if (member < 0 || member >= static_cast<int>(members.size())) return "";
+    const int r = members[static_cast<size_t>(member)];
+    if (r == rank()) return "";
+    const transport::PeerInfo& p = peer(r);
+    if (p.hostId == peer(rank()).hostId && processGone(p.pid)) return p.name() + " has exited";
+    if (liveness_ && liveness_->silent() == r) return p.name() + " was declared silent by the heartbeats";
+    return "";
+  };
+}
+
 void Comm::failFromOutside(chorusResult_t code, const std::string& text) {
   {
     std::lock_guard<std::mutex> g(mu_);

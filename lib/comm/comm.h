@@ -128,6 +128,9 @@ class Comm : public algo::Context {
   // Breaks the communicator from another thread (a peer declared silent, Note [Liveness]): pending and later
   // operations fail promptly with this error.
   void failFromOutside(chorusResult_t code, const std::string& text);
+  // For a rendezvous round among `members` (ranks of this communicator, in the new communicator's order): which
+  // member is known to be gone (Note [Members gone]). Callable from any thread while this communicator lives.
+  std::function<std::string(int member)> goneAmong(std::vector<int> members) const;
   // What this rank is doing, for its heartbeats (executing thread only).
   void beginActivity(const OpTag& tag) { activity_.store(Activity{tag.kind, tag.seq, true}.pack(), std::memory_order_relaxed); }
   void endActivity() { activity_.store(activity_.load(std::memory_order_relaxed) & ~uint64_t{1}, std::memory_order_relaxed); }

@@ -66,6 +66,8 @@ class Liveness {
   Liveness& operator=(const Liveness&) = delete;
 
   static constexpr int kWatchers = 2;
+  // The rank declared silent, by this rank or by a notice (any thread); -1 while none is.
+  int silent() const { return silent_.load(std::memory_order_acquire); }
 
  private:
   struct Datagram;
@@ -90,7 +92,7 @@ class Liveness {
   std::vector<uint64_t> lastState_;    // Activity::pack of each rank's last heartbeat
   std::vector<bool> gone_;             // said goodbye (or never heard from: not watched)
   std::vector<bool> heard_;            // at least one heartbeat arrived
-  int silent_ = -1;                    // declared (by us or a notice)
+  std::atomic<int> silent_{-1};        // declared (by us or a notice)
   bool mismatched_ = false;            // a heartbeat showed a peer in another collective of the same call
   Activity silentState_;
   uint32_t silentMs_ = 0;

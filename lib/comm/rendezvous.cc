@@ -26,6 +26,16 @@ namespace chorus {
 // with the others on the next split. Connections waiting on a listener between rounds sit in its backlog until a
 // root accepts and checks them; a root serves one communicator and exits, closing its duplicate.
 
+// Note [Members gone]
+// A round's members are ranks of a communicator that already exists, so, unlike the ranks of a first creation,
+// they are known, and one that is gone need not be waited for until the creation timeout (120 s by default). The
+// parent communicator tells (Comm::goneAmong) when a member has exited, for a member on this host (its pid, a
+// zombie counting as gone), or has been declared silent by the heartbeats (any host, within CHORUS_PEER_TIMEOUT,
+// Note [Liveness]). The root looks every 100 ms at the members that have not joined, and when one is gone it fails
+// the round for everyone who has, naming it (chorusRemoteError). A joiner cannot learn that from a root whose
+// process is the one gone, so it looks at the root's host itself while it connects and waits. Only the root judges
+// the other members: a joiner that failed on its own view would leave the root to form a communicator without it.
+
 Rendezvous::Rendezvous(const std::string& socketIfname, std::vector<uint8_t>* address) {
   SockAddr addr = findInterfaceAddress(socketIfname, nullptr);
   addr.setPort(0);
@@ -86,18 +96,20 @@ uint64_t Rendezvous::secretFor(int32_t part) const {
   return s;
 }
 
-UniqueIdData Rendezvous::root(int host, int32_t part, double timeoutSec) {
+UniqueIdData Rendezvous::root(int host, int32_t part, double timeoutSec,
+                              std::function<std::string(int member)> memberGone) {
   if (host < 0 || host >= static_cast<int>(at_.size()))
     fail(chorusInternalError, "rendezvous host {} is not a rank of the communicator", host);
   UniqueIdData d;
   d.secret = secretFor(part);
   d.root = at_[static_cast<size_t>(host)];
   d.rendezvous = true;
+  d.memberGone = std::move(memberGone);
   if (host == rank_) {
     endRoot();  // split's exchange of colors, if this rank hosted it
     if (!socket_) fail(chorusSystemError, "this rank lost its rendezvous port {} to another process", bound_.str());
     if (::listen(socket_.get(), 4096) != 0) failErrno("listen on the rendezvous port " + bound_.str());
-    root_ = std::thread(serveRoot, std::move(socket_), d.secret, timeoutSec);
+    root_ = std::thread(serveRoot, std::move(socket_), d.secret, timeoutSec, d.memberGone);
   }
   return d;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -28,8 +29,9 @@ class Rendezvous {
   // about them make the round's secret, so ranks that disagree on them cannot join one another's root.
   void beginRound(const std::string& purpose, const std::vector<int32_t>& detail);
   // The round's root for one new communicator, hosted on `host`'s port: when this rank is the host it listens
-  // there, and a thread of its own serves that communicator's creation.
-  UniqueIdData root(int host, int32_t part, double timeoutSec);
+  // there, and a thread of its own serves that communicator's creation. `memberGone` (Note [Members gone]) goes
+  // with the root to the root's thread and to this rank's join.
+  UniqueIdData root(int host, int32_t part, double timeoutSec, std::function<std::string(int member)> memberGone);
   // After this rank's part in a root's communicator (formed or failed): waits for the root this rank hosted, if
   // any, to finish, and takes its port back without listening on it.
   void endRoot();

@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "lib/base/error.h"
+#include "lib/base/identity.h"
 #include "lib/base/log.h"
 #include "lib/base/socket.h"
 #include "transports/ucx/ops.h"
@@ -80,20 +81,6 @@ constexpr unsigned kWatchSteps = 64;
 constexpr auto kTeardownWait = std::chrono::milliseconds(500);
 constexpr auto kLossGrace = std::chrono::milliseconds(100);
 constexpr auto kConnectHeadStart = std::chrono::milliseconds(20);
-
-// kill(pid, 0) still succeeds for a process that exited but was not reaped yet: look at its state too.
-bool pidGone(int pid) {
-  if (::kill(pid, 0) != 0) return errno == ESRCH;
-  char path[64], stat[512];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  Fd fd(::open(path, O_RDONLY | O_CLOEXEC));
-  if (!fd) return errno == ENOENT;
-  ssize_t n = ::read(fd.get(), stat, sizeof stat - 1);
-  if (n <= 0) return false;
-  stat[n] = '\0';
-  const char* paren = std::strrchr(stat, ')');  // "pid (comm) S ...": comm may contain anything
-  return paren != nullptr && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
-}
 
 class UcxTransport final : public Transport {
  public:
@@ -355,7 +342,7 @@ class UcxTransport final : public Transport {
     nextWatch_ = now + kWatchEvery;
     bool found = false;
     for (Peer* p : watched_)
-      if (!p->processGone && pidGone(p->pid)) {
+      if (!p->processGone && chorus::processGone(p->pid)) {
         pump();  // deliver what it left in shared memory (its Abort, say) first
         p->processGone = found = true;
       }
