@@ -223,6 +223,17 @@ Report parseReport(const std::string& fields, bool withMs) {
   return r;
 }
 
+// A survivor's "@@RC" report, which must be a chorusRemoteError within 5 s of its call.
+Report remoteErrorWithin5s(const Child& c) {
+  auto f = c.field("RC");
+  EXPECT_TRUE(f.has_value()) << "no @@RC report";
+  if (!f) return Report{};
+  Report rep = parseReport(*f, true);
+  EXPECT_EQ(rep.rc, int(chorusRemoteError));
+  EXPECT_LT(rep.ms, 5000);
+  return rep;
+}
+
 int connectLocal(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -514,11 +525,7 @@ TEST(Failures, RankExitsWithoutDestroySurvivorsFailOnTheirOwn) {
   for (int r = 0; r < n; ++r) {
     if (r == 2) continue;
     SCOPED_TRACE("rank " + std::to_string(r) + "\n" + p[r].output());
-    auto f = p[r].field("RC");
-    ASSERT_TRUE(f.has_value());
-    Report rep = parseReport(*f, true);
-    EXPECT_EQ(rep.rc, kRemoteError);
-    EXPECT_LT(rep.ms, 5000);
+    Report rep = remoteErrorWithin5s(p[r]);
     if (rep.text.find("rank 2") != std::string::npos) ++naming;
     else if (blamesALiveRank(rep.text, 2)) lostReason = true;
     else ADD_FAILURE() << "the error does not name the dead rank 2";
@@ -560,11 +567,7 @@ TEST(Failures, SplitAndShrinkFailNamingAMemberThatIsGone) {
     for (int r = 0; r < n; ++r) {
       if (r == k.gone) continue;
       SCOPED_TRACE("rank " + std::to_string(r) + "\n" + p[r].output());
-      auto f = p[r].field("RC");
-      ASSERT_TRUE(f.has_value());
-      Report rep = parseReport(*f, true);
-      EXPECT_EQ(rep.rc, kRemoteError);
-      EXPECT_LT(rep.ms, 5000);
+      Report rep = remoteErrorWithin5s(p[r]);
       EXPECT_NE(rep.text.find("rank " + std::to_string(k.gone) + " "), std::string::npos)
           << "the error does not name the gone rank";
     }
