@@ -5,6 +5,9 @@
 // alive when the transfer runs. Shared by test_ibverbs_engine.cc and the fuzz target of the engine's messages.
 #pragma once
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -13,31 +16,51 @@
 #include <string>
 #include <vector>
 
+#include "lib/base/error.h"
 #include "transports/ibverbs/engine.h"
 
 namespace chorus::test::ibverbs {
 
 using namespace chorus::transport::ibverbs;
 
-// One side's memory registrations: keys name regions, as a protection domain's do.
+// One side's memory registrations: keys name regions, as a protection domain's do. A registration for writing
+// fails on memory that cannot be written, as ibv_reg_mr does, and only such a registration may be written to.
 class FakeNic : public Registrar {
  public:
-  Registration registerMemory(uintptr_t base, size_t length) override {
-    Registration r{base, length, next_, next_ + 1000000, nullptr};
+  Registration registerMemory(uintptr_t base, size_t length, Access access) override {
+    if (access == Access::Write && !writable(base, length))
+      fail(chorusSystemError, "ibv_reg_mr for writing of read-only memory at {:#x}: Bad address", base);
+    Registration r{base, length, next_, next_ + 1000000, nullptr, access};
     ++next_;
     regions_[r.lkey] = r;
     return r;
   }
   void deregister(const Registration& r) noexcept override { regions_.erase(r.lkey); }
-  bool covers(uint32_t key, bool remote, uintptr_t addr, size_t len) const {
+  // write: the access writes the region (a receive's or a remote write's target).
+  bool covers(uint32_t key, bool remote, uintptr_t addr, size_t len, bool write) const {
     auto it = regions_.find(remote ? key - 1000000 : key);
     if (it == regions_.end()) return false;
     const Registration& r = it->second;
-    return addr >= r.base && addr + len <= r.base + r.length;
+    return addr >= r.base && addr + len <= r.base + r.length && (!write || r.access == Access::Write);
   }
   size_t regions() const { return regions_.size(); }
 
  private:
+  // Whether every page of [base, base+length) takes a write: a byte of each goes through a pipe and back into
+  // its place, and the kernel refuses the way back (EFAULT) where the page is read-only.
+  static bool writable(uintptr_t base, size_t length) {
+    int fds[2];
+    if (::pipe(fds) != 0) return false;
+    bool ok = true;
+    for (uintptr_t page = base & ~uintptr_t{4095}; ok && page < base + length; page += 4096) {
+      auto* p = reinterpret_cast<char*>(std::max(page, base));
+      ok = ::write(fds[1], p, 1) == 1 && ::read(fds[0], p, 1) == 1;
+    }
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return ok;
+  }
+
   uint32_t next_ = 1;
   std::map<uint32_t, Registration> regions_;
 };
@@ -175,7 +198,7 @@ class Pair {
 
   void post(int side, int qp, WireOp op) { wire_[side][size_t(qp)].push_back(std::move(op)); }
   void postRecv(int side, int qp, Wqe w) {
-    if (w.len > 0 && !nic_[side].covers(w.lkey, false, reinterpret_cast<uintptr_t>(w.addr), w.len))
+    if (w.len > 0 && !nic_[side].covers(w.lkey, false, reinterpret_cast<uintptr_t>(w.addr), w.len, true))
       note("a receive posted with a key that does not cover its buffer");
     rq_[side][size_t(qp)].push_back(w);
   }
@@ -188,7 +211,7 @@ class Pair {
   void execute(int s, int q, const WireOp& op) {
     const int peer = 1 - s;
     const uint8_t* src = op.inlined ? op.inlined->data() : static_cast<const uint8_t*>(op.addr);
-    if (!op.inlined && op.len > 0 && !nic_[s].covers(op.lkey, false, reinterpret_cast<uintptr_t>(op.addr), op.len))
+    if (!op.inlined && op.len > 0 && !nic_[s].covers(op.lkey, false, reinterpret_cast<uintptr_t>(op.addr), op.len, false))
       note("a local buffer was not registered (or no longer) when its transfer ran");
     Completion mine;
     mine.qp = q;
@@ -212,7 +235,7 @@ class Pair {
       cq_[peer].push_back(theirs);
     } else {
       mine.kind = Completion::Kind::Write;
-      if (!nic_[peer].covers(op.rkey, true, op.raddr, op.len)) {
+      if (!nic_[peer].covers(op.rkey, true, op.raddr, op.len, true)) {
         note("an RDMA write outside the remote key's region");
         return;
       }

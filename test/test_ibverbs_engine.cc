@@ -2,7 +2,10 @@
 // to back through a memory fabric (test/ibverbs_pair.h) that checks what hardware would. This tests our protocol,
 // not verbs: the verbs calls only run on hardware (scripts/rdma-check.sh).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
+#include <algorithm>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
@@ -352,6 +355,28 @@ TEST(IbverbsEngine, RegistrationsAreHeldOnlyWhileTransfersRun) {
   EXPECT_EQ(p.nic(0).regions(), base0);
   EXPECT_EQ(p.nic(1).regions(), base1);
   EXPECT_EQ(p.violation(), "");
+}
+
+// A send's buffer is only read, so read-only memory (a constant, a file mapped read-only) goes as other memory
+// does, by eager copy and by rendezvous alike; the fake NIC refuses to register it for writing, as ibv_reg_mr does.
+TEST(IbverbsEngine, ReadOnlyMemoryIsSentByEveryPath) {
+  const size_t bytes = 3 * 4096 + 100;
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  const std::vector<uint8_t> want = pattern(bytes, 5);
+  std::memcpy(mem, want.data(), bytes);
+  ASSERT_EQ(mprotect(mem, bytes, PROT_READ), 0);
+  for (size_t len : {size_t{100}, bytes}) {  // eager, then rendezvous
+    Pair p(smallConfig(2), unsigned(len));
+    std::vector<uint8_t> in(len, 0xee);
+    Request sreq, rreq;
+    p[1].irecv(in.data(), len, tagFor(0, len), &rreq);
+    p[0].isend(static_cast<const uint8_t*>(mem), len, tagFor(0, len), &sreq);
+    ASSERT_TRUE(p.runUntil([&] { return sreq.done && rreq.done; })) << p.violation();
+    EXPECT_EQ(p.violation(), "");
+    EXPECT_TRUE(std::equal(in.begin(), in.end(), want.begin())) << len << " bytes";
+  }
+  munmap(mem, bytes);
 }
 
 // Whatever bytes a peer sends, a channel either takes them as the protocol says or fails with a chorus::Error naming

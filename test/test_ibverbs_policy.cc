@@ -98,10 +98,10 @@ struct FakeRegistrar : Registrar {
   uint32_t nextKey = 1;
   bool refuseNext = false;
 
-  Registration registerMemory(uintptr_t base, size_t length) override {
+  Registration registerMemory(uintptr_t base, size_t length, Access access) override {
     if (std::exchange(refuseNext, false)) fail(chorusSystemError, "ibv_reg_mr failed: Cannot allocate memory");
     ++registrations;
-    Registration r{base, length, nextKey, nextKey + 1000, &live};
+    Registration r{base, length, nextKey, nextKey + 1000, &live, access};
     ++nextKey;
     live[r.lkey] = r;
     return r;
@@ -120,7 +120,7 @@ struct FakeRegistrar : Registrar {
 
 // The lkey that acquiring [page, page+pages) and releasing it at once gets.
 uint32_t touch(RegCache& cache, uintptr_t page, size_t pages = 1) {
-  return cache.acquire(at(page), pages * kPage).get().lkey;
+  return cache.acquire(at(page), pages * kPage, Access::Write).get().lkey;
 }
 
 }  // namespace
@@ -376,7 +376,7 @@ TEST(RegCache, MissThenHitOnACoveringEntry) {
   RegCache cache(fake, 64 * kPage);
   uint32_t key;
   {
-    RegCache::Lease l = cache.acquire(at(10, 100), 200);
+    RegCache::Lease l = cache.acquire(at(10, 100), 200, Access::Write);
     const Registration& r = l.get();
     EXPECT_EQ(r.base, kBase + 10 * kPage);  // rounded out to pages
     EXPECT_EQ(r.length, kPage);
@@ -385,9 +385,9 @@ TEST(RegCache, MissThenHitOnACoveringEntry) {
     key = r.lkey;
   }
   EXPECT_TRUE(fake.isLive(key));  // kept after the lease ends
-  EXPECT_EQ(cache.acquire(at(10), kPage).get().lkey, key);
-  EXPECT_EQ(cache.acquire(at(10, 4000), 96).get().lkey, key);
-  EXPECT_EQ(cache.acquire(at(10, 17), 0).get().lkey, key);
+  EXPECT_EQ(cache.acquire(at(10), kPage, Access::Write).get().lkey, key);
+  EXPECT_EQ(cache.acquire(at(10, 4000), 96, Access::Write).get().lkey, key);
+  EXPECT_EQ(cache.acquire(at(10, 17), 0, Access::Write).get().lkey, key);
   EXPECT_EQ(fake.registrations, 1);
   RegCache::Stats s = cache.stats();
   EXPECT_EQ(s.misses, 1u);
@@ -400,18 +400,18 @@ TEST(RegCache, MissThenHitOnACoveringEntry) {
 TEST(RegCache, RangesAreRoundedOutToPages) {
   FakeRegistrar fake;
   RegCache cache(fake, 64 * kPage);
-  RegCache::Lease straddling = cache.acquire(at(20, kPage - 16), 32);
+  RegCache::Lease straddling = cache.acquire(at(20, kPage - 16), 32, Access::Write);
   EXPECT_EQ(straddling.get().base, kBase + 20 * kPage);
   EXPECT_EQ(straddling.get().length, 2 * kPage);
-  RegCache::Lease empty = cache.acquire(at(30, 5), 0);  // len 0: the page at p
+  RegCache::Lease empty = cache.acquire(at(30, 5), 0, Access::Write);  // len 0: the page at p
   EXPECT_EQ(empty.get().base, kBase + 30 * kPage);
   EXPECT_EQ(empty.get().length, kPage);
-  RegCache::Lease exact = cache.acquire(at(40), 3 * kPage);
+  RegCache::Lease exact = cache.acquire(at(40), 3 * kPage, Access::Write);
   EXPECT_EQ(exact.get().length, 3 * kPage);
 
   FakeRegistrar fake2;
   RegCache bigPages(fake2, 1 << 30, 2 << 20);
-  EXPECT_EQ(bigPages.acquire(at(1), 1).get().base, kBase);
+  EXPECT_EQ(bigPages.acquire(at(1), 1, Access::Write).get().base, kBase);
   EXPECT_EQ(fake2.live.begin()->second.length, size_t{2} << 20);
 }
 
@@ -440,7 +440,7 @@ TEST(RegCache, PartialOverlapReplacesAnIdleEntry) {
 TEST(RegCache, PartialOverlapRetiresAnEntryInUse) {
   FakeRegistrar fake;
   RegCache cache(fake, 64 * kPage);
-  RegCache::Lease held = cache.acquire(at(10), 2 * kPage);
+  RegCache::Lease held = cache.acquire(at(10), 2 * kPage, Access::Write);
   const uint32_t a = held.get().lkey;
   const uint32_t b = touch(cache, 11, 2);
   EXPECT_TRUE(fake.isLive(a));  // in use: kept registered
@@ -494,9 +494,9 @@ TEST(RegCache, StaysWithinTheBound) {
 TEST(RegCache, EntriesInUseAreNeverEvicted) {
   FakeRegistrar fake;
   RegCache cache(fake, 2 * kPage);
-  RegCache::Lease a = cache.acquire(at(1), kPage);
-  RegCache::Lease b = cache.acquire(at(3), 2 * kPage);
-  RegCache::Lease c = cache.acquire(at(6), kPage);
+  RegCache::Lease a = cache.acquire(at(1), kPage, Access::Write);
+  RegCache::Lease b = cache.acquire(at(3), 2 * kPage, Access::Write);
+  RegCache::Lease c = cache.acquire(at(6), kPage, Access::Write);
   EXPECT_EQ(cache.stats().bytes, 4 * kPage);  // over the bound while held
   EXPECT_EQ(fake.deregistered.size(), 0u);
   const uint32_t ka = a.get().lkey, kb = b.get().lkey, kc = c.get().lkey;
@@ -514,9 +514,9 @@ TEST(RegCache, AnEntryLargerThanTheBound) {
   FakeRegistrar fake;
   RegCache cache(fake, kPage);
   const uint32_t small = touch(cache, 100);
-  RegCache::Lease big = cache.acquire(at(0), 16 * kPage);
+  RegCache::Lease big = cache.acquire(at(0), 16 * kPage, Access::Write);
   EXPECT_FALSE(fake.isLive(small));  // evicted to make room, though there is not enough
-  EXPECT_EQ(cache.acquire(at(5), kPage).get().lkey, big.get().lkey);  // reused while held
+  EXPECT_EQ(cache.acquire(at(5), kPage, Access::Write).get().lkey, big.get().lkey);  // reused while held
   const uint32_t key = big.get().lkey;
   big.release();
   EXPECT_FALSE(fake.isLive(key));
@@ -527,8 +527,8 @@ TEST(RegCache, AnEntryLargerThanTheBound) {
 TEST(RegCache, CapacityZeroKeepsNothing) {
   FakeRegistrar fake;
   RegCache cache(fake, 0);
-  RegCache::Lease first = cache.acquire(at(1), kPage);
-  RegCache::Lease second = cache.acquire(at(1), 10);  // shares the entry while it is in use
+  RegCache::Lease first = cache.acquire(at(1), kPage, Access::Write);
+  RegCache::Lease second = cache.acquire(at(1), 10, Access::Write);  // shares the entry while it is in use
   const uint32_t key = first.get().lkey;
   EXPECT_EQ(second.get().lkey, key);
   EXPECT_EQ(fake.registrations, 1);
@@ -555,16 +555,33 @@ TEST(RegCache, InvalidateDeregistersAnIdleEntryNow) {
   EXPECT_EQ(cache.stats().entries, 2u);
 }
 
+// A send's source is registered for reading only, so read-only memory can be sent. An entry made for writing
+// serves a read too; one made for reading does not serve a write, which gets an entry of its own replacing it.
+TEST(RegCache, AReadEntryServesNoWriteAndAWriteEntryServesBoth) {
+  FakeRegistrar fake;
+  RegCache cache(fake, 64 * kPage);
+  const uint32_t read = cache.acquire(at(10), kPage, Access::Read).get().lkey;
+  EXPECT_EQ(fake.live.at(read).access, Access::Read);
+  EXPECT_EQ(cache.acquire(at(10, 8), 16, Access::Read).get().lkey, read);
+  const uint32_t write = cache.acquire(at(10), kPage, Access::Write).get().lkey;
+  EXPECT_NE(write, read);
+  EXPECT_EQ(fake.live.at(write).access, Access::Write);
+  EXPECT_FALSE(fake.isLive(read));  // replaced, and not in use: deregistered at once
+  EXPECT_EQ(cache.acquire(at(10), kPage, Access::Read).get().lkey, write);
+  EXPECT_EQ(fake.registrations, 2);
+  EXPECT_EQ(cache.stats().entries, 1u);
+}
+
 TEST(RegCache, InvalidateWaitsForTheLastLeaseAndNeverReuses) {
   FakeRegistrar fake;
   RegCache cache(fake, 64 * kPage);
-  RegCache::Lease one = cache.acquire(at(10), kPage);
-  RegCache::Lease two = cache.acquire(at(10), kPage);
+  RegCache::Lease one = cache.acquire(at(10), kPage, Access::Write);
+  RegCache::Lease two = cache.acquire(at(10), kPage, Access::Write);
   const uint32_t old = one.get().lkey;
   cache.invalidate(at(10), kPage);
   EXPECT_TRUE(fake.isLive(old));  // in use
   EXPECT_EQ(one.get().lkey, old);
-  RegCache::Lease fresh = cache.acquire(at(10), kPage);  // the memory there now: a new registration
+  RegCache::Lease fresh = cache.acquire(at(10), kPage, Access::Write);  // the memory there now: a new registration
   EXPECT_NE(fresh.get().lkey, old);
   one.release();
   EXPECT_TRUE(fake.isLive(old));
@@ -582,7 +599,7 @@ TEST(RegCache, ARefusedRegistrationChangesNothing) {
   const uint32_t a = touch(cache, 10, 2);
   RegCache::Stats before = cache.stats();
   fake.refuseNext = true;
-  Error e = thrown([&] { cache.acquire(at(11), 2 * kPage); });  // would replace a
+  Error e = thrown([&] { cache.acquire(at(11), 2 * kPage, Access::Write); });  // would replace a
   EXPECT_EQ(e.code(), chorusSystemError);
   EXPECT_THAT(e.what(), HasSubstr("ibv_reg_mr failed"));
   EXPECT_TRUE(fake.isLive(a));
@@ -596,12 +613,12 @@ TEST(RegCache, ARefusedRegistrationChangesNothing) {
 TEST(RegCache, LeasesMoveAndReleaseOnce) {
   FakeRegistrar fake;
   RegCache cache(fake, 0);
-  RegCache::Lease a = cache.acquire(at(1), kPage);
+  RegCache::Lease a = cache.acquire(at(1), kPage, Access::Write);
   const uint32_t ka = a.get().lkey;
   RegCache::Lease moved(std::move(a));
   a.release();  // empty: nothing happens
   EXPECT_TRUE(fake.isLive(ka));
-  RegCache::Lease b = cache.acquire(at(3), kPage);
+  RegCache::Lease b = cache.acquire(at(3), kPage, Access::Write);
   const uint32_t kb = b.get().lkey;
   b = std::move(moved);  // ends b's use, takes a's
   EXPECT_FALSE(fake.isLive(kb));
@@ -617,7 +634,7 @@ TEST(RegCache, DestructionDeregistersEverything) {
   {
     RegCache cache(fake, 64 * kPage);
     for (uintptr_t i = 0; i < 10; ++i) touch(cache, 3 * i, 2);
-    RegCache::Lease held = cache.acquire(at(100), kPage);
+    RegCache::Lease held = cache.acquire(at(100), kPage, Access::Write);
     cache.invalidate(at(0), kPage);
     EXPECT_EQ(fake.live.size(), 10u);
   }

@@ -151,7 +151,7 @@ Channel::~Channel() {
 Channel::Slot Channel::makeSlot(size_t bytes) {
   Slot s;
   s.mem.reset(new uint8_t[bytes]());
-  s.reg = owned_.registerMemory(reinterpret_cast<uintptr_t>(s.mem.get()), bytes);
+  s.reg = owned_.registerMemory(reinterpret_cast<uintptr_t>(s.mem.get()), bytes, Access::Write);
   return s;
 }
 
@@ -287,7 +287,7 @@ bool Channel::tryAnnounce(SendOp& op) {
 bool Channel::tryAdvertise(RecvOp& op) {
   Class& c = classes_[op.cls];
   if (int(c.advertised.size()) >= config_.advertised || credits(op.cls) < 1 || freeSendSlots_.empty()) return false;
-  if (!op.lease) op.lease.emplace(cache_.acquire(op.buf, op.len));
+  if (!op.lease) op.lease.emplace(cache_.acquire(op.buf, op.len, Access::Write));
   WireHeader h = headerFor(op.tag, op.cls, op.msgSeq, op.len);
   h.raddr = reinterpret_cast<uintptr_t>(op.buf);
   h.rkey = op.lease->get().rkey;
@@ -300,7 +300,7 @@ bool Channel::tryAdvertise(RecvOp& op) {
 
 bool Channel::tryWrite(SendOp& op) {
   if (op.pieces.empty()) {
-    op.lease.emplace(cache_.acquire(op.buf, op.len));
+    op.lease.emplace(cache_.acquire(op.buf, op.len, Access::Read));
     op.pieces = planPieces(config_, op.len);
     op.id = nextOpId_++;
     writing_.emplace(op.id, &op);

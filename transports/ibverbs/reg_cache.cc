@@ -38,12 +38,12 @@ std::pair<uintptr_t, uintptr_t> RegCache::pages(const void* p, size_t len) const
   return {begin - begin % page_, (end + page_ - 1) / page_ * page_};
 }
 
-RegCache::Lease RegCache::acquire(const void* p, size_t len) {
+RegCache::Lease RegCache::acquire(const void* p, size_t len, Access access) {
   const auto [begin, end] = pages(p, len);
   auto it = byBase_.upper_bound(begin);
   if (it != byBase_.begin()) {
     Entry& e = *std::prev(it)->second;
-    if (e.reg.base + e.reg.length >= end) {
+    if (e.reg.base + e.reg.length >= end && (e.reg.access == Access::Write || access == Access::Read)) {
       ++stats_.hits;
       if (e.users++ == 0) busy_.splice(busy_.end(), idle_, e.self);
       return Lease(this, &e);
@@ -51,7 +51,7 @@ RegCache::Lease RegCache::acquire(const void* p, size_t len) {
   }
   std::list<Entry> fresh(1);  // allocated before registering: once registered, only the map's node is left to fail
   Entry& e = fresh.front();
-  e.reg = registrar_.registerMemory(begin, end - begin);
+  e.reg = registrar_.registerMemory(begin, end - begin, access);
   retireOverlapping(begin, end);
   try {
     byBase_.emplace(e.reg.base, &e);

@@ -12,18 +12,24 @@
 
 namespace chorus::transport::ibverbs {
 
+// What a registration lets the device do with the memory. A send's source needs only to be read, so read-only
+// memory (a constant, a file mapped read-only) can be sent; a rendezvous target is written by the peer.
+enum class Access : uint8_t { Read, Write };
+
 struct Registration {
   uintptr_t base = 0;
   size_t length = 0;
   uint32_t lkey = 0, rkey = 0;
   void* handle = nullptr;
+  Access access = Access::Write;
 };
 
 class Registrar {
  public:
   virtual ~Registrar() = default;
-  // Registers exactly [base, base+length) (whole pages) and returns it with its keys; may throw chorus::Error.
-  virtual Registration registerMemory(uintptr_t base, size_t length) = 0;
+  // Registers exactly [base, base+length) (whole pages) for `access` and returns it with its keys; may throw
+  // chorus::Error (as for memory that cannot be written when Write is asked).
+  virtual Registration registerMemory(uintptr_t base, size_t length, Access access) = 0;
   virtual void deregister(const Registration& r) noexcept = 0;
 };
 
@@ -64,12 +70,13 @@ class RegCache {
   RegCache(const RegCache&) = delete;
   RegCache& operator=(const RegCache&) = delete;
 
-  // A registration covering [p, p+len) (len 0: the page at p). A cached entry covering the whole range is reused;
-  // otherwise the pages the range spans are registered as a new entry, which replaces the entries it overlaps
+  // A registration covering [p, p+len) (len 0: the page at p) for `access`. A cached entry covering the whole range
+  // is reused if it allows that access (one for Write serves Read too); otherwise the pages the range spans are
+  // registered as a new entry for `access`, which replaces the entries it overlaps
   // (see invalidate). Then entries not in use are deregistered, least recently used first, until the registered
   // bytes fit the bound: entries in use never are, so the total may exceed the bound while they are held. If the
   // registrar throws, the cache is unchanged.
-  Lease acquire(const void* p, size_t len);
+  Lease acquire(const void* p, size_t len, Access access);
   // [p, p+len) (its pages, as acquire counts them) went away or changed mapping: no acquire reuses the entries
   // overlapping it, which are deregistered now if not in use, otherwise when their last lease ends.
   void invalidate(const void* p, size_t len);

@@ -203,17 +203,17 @@ bool Port::nextAsyncEvent(AsyncEvent* out) {
   return true;
 }
 
-Registration VerbsRegistrar::registerMemory(uintptr_t base, size_t length) {
-  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  if (onDemand_) access |= IBV_ACCESS_ON_DEMAND;
-  ibv_mr* mr = ibv_reg_mr(port_.pd(), reinterpret_cast<void*>(base), length, access);
+Registration VerbsRegistrar::registerMemory(uintptr_t base, size_t length, Access access) {
+  int flags = access == Access::Write ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : 0;
+  if (onDemand_) flags |= IBV_ACCESS_ON_DEMAND;
+  ibv_mr* mr = ibv_reg_mr(port_.pd(), reinterpret_cast<void*>(base), length, flags);
   if (mr == nullptr) {
     const int err = errno;
     fail(chorusSystemError, "ibverbs: ibv_reg_mr of {} bytes at {:#x} on {} failed: {} (errno {}); the locked-memory "
          "limit is {}: raise it (ulimit -l unlimited, or memlock in /etc/security/limits.conf or the job's launcher)",
          length, base, port_.name(), std::strerror(err), err, memlockLimit());
   }
-  return Registration{base, length, mr->lkey, mr->rkey, mr};
+  return Registration{base, length, mr->lkey, mr->rkey, mr, access};
 }
 
 void VerbsRegistrar::deregister(const Registration& r) noexcept {

@@ -79,7 +79,7 @@ class Port {
 class VerbsRegistrar : public Registrar {
  public:
   VerbsRegistrar(const Port& port, bool onDemand) : port_(port), onDemand_(onDemand) {}
-  Registration registerMemory(uintptr_t base, size_t length) override;
+  Registration registerMemory(uintptr_t base, size_t length, Access access) override;
   void deregister(const Registration& r) noexcept override;
 
  private:
