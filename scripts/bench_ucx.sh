@@ -75,6 +75,7 @@ hosts() {  # hosts NAME ENV...: one sweep across 2 simulated hosts, one rank eac
     >"$dir/hosts-$name-2.txt" 2>&1 || echo "failed: hosts-$name-2 (see $dir/hosts-$name-2.txt)" >&2
 }
 
+. "$top/scripts/rotate.sh"
 for run in $(seq 1 "$RUNS"); do
   dir="$out/run$run"
   mkdir -p "$dir"
@@ -88,15 +89,7 @@ for run in $(seq 1 "$RUNS"); do
     for tls in $TLS; do
       jobs+=("chorus chorus-ucx-$tls $n CHORUS_TRANSPORTS=ucx UCX_TLS=$tls UCX_NET_DEVICES=lo" "ompi_ucx $tls $n")
     done
-    # Every other round runs the order backwards, and every two rounds it rotates by one: where a program ran in
-    # the round moved its busbw by up to 2x over tcp (fifth session, docs/ucx-results.md).
-    k=${#jobs[@]} off=$(((run - 1) / 2))
-    for ((i = 0; i < k; i++)); do
-      j=$(((i + off) % k))
-      [ $((run % 2)) = 0 ] && j=$(((k - 1 - i + off) % k))
-      read -r -a job <<<"${jobs[$j]}"
-      "${job[@]}"
-    done
+    run_rotated "$run" "${jobs[@]}"
   done
   for tls in $TLS; do perftest "$tls"; done
 done

@@ -54,18 +54,15 @@ side() {  # side NAME N: one sweep of Chorus or of one peer into the round's fol
   fi
 }
 
+. "$top/scripts/rotate.sh"
 for run in $(seq 1 "$RUNS"); do
   dir="$out/run$run"
   mkdir -p "$dir"
   for n in $NRANKS; do
-    jobs=("$CHORUS_NAME" "${peers[@]}")
-    [ "$STREAM" = 1 ] && jobs+=(tcp-stream)
-    k=${#jobs[@]} off=$(((run - 1) / 2))
-    for ((i = 0; i < k; i++)); do
-      j=$(((i + off) % k))
-      [ $((run % 2)) = 0 ] && j=$(((k - 1 - i + off) % k))
-      side "${jobs[$j]}" "$n"
-    done
+    jobs=("side $CHORUS_NAME $n")
+    for p in "${peers[@]}"; do jobs+=("side $p $n"); done
+    [ "$STREAM" = 1 ] && jobs+=("side tcp-stream $n")
+    run_rotated "$run" "${jobs[@]}"
   done
 done
 /usr/bin/python3 "$top/scripts/peer_table.py" --stat "$STAT" "$out"/run*/
