@@ -147,6 +147,10 @@ void barrier(int rank, int out, int in) {
   }
 }
 
+// A ring allreduce's bytes per rank for n bytes, and how many times a timing streams them to cover `budget`.
+size_t shareOf(size_t n, int nranks) { return 2 * size_t(nranks - 1) * n / size_t(nranks); }
+size_t itersFor(size_t n, int nranks, size_t budget) { return std::max<size_t>(1, budget / shareOf(n, nranks)); }
+
 struct Record {
   int size, way, round;
   double seconds;
@@ -170,8 +174,7 @@ void rankMain(int rank, int nranks, int listener, int rightPort, const std::vect
   std::vector<uint8_t> buf(sizes.back(), 1);
   for (size_t si = 0; si < sizes.size(); ++si) {
     size_t n = sizes[si];
-    size_t share = 2 * (nranks - 1) * n / nranks;
-    size_t iters = std::max<size_t>(1, budget / share);
+    const size_t share = shareOf(n, nranks), iters = itersFor(n, nranks, budget);
     Stream stream(out, in, buf.data(), n);
     for (int round = 0; round < kRounds; ++round) {
       for (int k = 0; k < kNumWays; ++k) {
@@ -283,9 +286,8 @@ int main(int argc, char** argv) {
     size_t n = sizes[si];
     double algbw = static_cast<double>(n) / best / 1e9;
     double busbw = algbw * 2.0 * (nranks - 1) / nranks;
-    size_t iters = std::max<size_t>(1, budget / (2 * (nranks - 1) * n / nranks));
     std::printf(" %11zu  %12zu  %8s  %6s  %9.1f  %7.2f  %7.2f  %6s  %6zu  %s\n", n, n / 4, "float", "sum",
-                best * 1e6, algbw, busbw, "-", iters, kWays[bestWay].name);
+                best * 1e6, algbw, busbw, "-", itersFor(n, nranks, budget), kWays[bestWay].name);
     std::printf("#   busbw by way, best of its rounds:");
     for (int k = 0; k < kNumWays; ++k) {
       double t = *std::min_element(&worst[(si * kNumWays + k) * kRounds], &worst[(si * kNumWays + k + 1) * kRounds]);

@@ -9,7 +9,6 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -162,16 +161,6 @@ Fd connectTo(const SockAddr& addr, Deadline deadline) {
   }
 }
 
-bool waitReadable(int fd, Deadline until) {
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
-    pollfd p{fd, POLLIN, 0};
-    int r = ::poll(&p, 1, static_cast<int>(std::max<decltype(left)>(left, 0)));
-    if (r > 0) return true;
-    if (r == 0 || errno != EINTR) return false;
-  }
-}
-
 void setNonBlocking(int fd) {
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) failErrno("fcntl O_NONBLOCK");
@@ -195,17 +184,26 @@ int msLeft(Deadline deadline) {
   return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1000));
 }
 
-void waitFd(int fd, short events, Deadline deadline, const std::string& who, const char* what) {
-  while (true) {
-    if (Clock::now() >= deadline) fail(chorusTimeout, "timed out while {} {}", what, who);
+// True when fd is ready for `events` (or has hung up) before the deadline; -1 with errno when poll fails.
+int pollUntil(int fd, short events, Deadline deadline) {
+  while (Clock::now() < deadline) {
     pollfd p{fd, events, 0};
     int rc = ::poll(&p, 1, msLeft(deadline));
-    if (rc > 0) return;
-    if (rc < 0 && errno != EINTR) failErrno(std::string("poll while ") + what + " " + who);
+    if (rc > 0) return 1;
+    if (rc < 0 && errno != EINTR) return -1;
   }
+  return 0;
+}
+
+void waitFd(int fd, short events, Deadline deadline, const std::string& who, const char* what) {
+  int rc = pollUntil(fd, events, deadline);
+  if (rc == 0) fail(chorusTimeout, "timed out while {} {}", what, who);
+  if (rc < 0) failErrno(std::string("poll while ") + what + " " + who);
 }
 
 }  // namespace
+
+bool waitReadable(int fd, Deadline until) { return pollUntil(fd, POLLIN, until) > 0; }
 
 void sendAll(int fd, const void* buf, size_t len, Deadline deadline, const std::string& who) {
   auto p = static_cast<const char*>(buf);
