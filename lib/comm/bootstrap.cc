@@ -345,11 +345,15 @@ void startRoot(Fd listener, uint64_t secret, double timeoutSec) {
 
 BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine, Deadline deadline) {
   std::string who = "the bootstrap root at " + root.root.str();
-  // A rendezvous round's root runs in its host's process: when that is gone, fail now (Note [Members gone]).
+  // A rendezvous round's root runs in its host's process: when that is gone, fail now (Note [Members gone]), not
+  // after one more round of the retries below, which also catch chorusRemoteError.
+  bool hostLost = false;
   auto hostGone = [&] {
     if (!root.memberGone) return;
     std::string why = root.memberGone(0);
-    if (!why.empty()) fail(chorusRemoteError, "{} will not answer, as its host {}", who, why);
+    if (why.empty()) return;
+    hostLost = true;
+    fail(chorusRemoteError, "{} will not answer, as its host {}", who, why);
   };
   // Waits so long at most before looking again.
   auto step = [&] { return root.memberGone ? std::min(deadline, Clock::now() + kWatchPeriod) : deadline; };
@@ -407,7 +411,7 @@ BootstrapResult exchangeWithRoot(const UniqueIdData& root, const RankInfo& mine,
       frame = recvFrame(fd.get(), kMaxTableFrame, deadline, who);
       answered = true;
     } catch (const Error& e) {
-      if (e.code() != chorusRemoteError || !root.rendezvous) throw;
+      if (e.code() != chorusRemoteError || !root.rendezvous || hostLost) throw;
     }
     if (answered) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -1,12 +1,10 @@
 #include "transports/ipc/ipc_page.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -15,6 +13,7 @@
 #include <thread>
 
 #include "lib/base/error.h"
+#include "lib/base/identity.h"
 #include "lib/base/socket.h"
 
 namespace chorus::transport::ipc {
@@ -62,7 +61,7 @@ namespace {
 // Throws when the deadline passed or process pid is gone (not when it is this process).
 void stillWaiting(const std::string& peer, int pid, const std::string& what,
                   std::chrono::steady_clock::time_point deadline) {
-  if (pid != getpid() && ::kill(pid, 0) != 0 && errno == ESRCH)
+  if (pid != getpid() && processGone(pid))
     fail(chorusRemoteError, "{} died before {} (its process is gone)", peer, what);
   if (std::chrono::steady_clock::now() > deadline)
     fail(chorusTimeout, "{} did not {} before the deadline (CHORUS_INIT_TIMEOUT)", peer, what);

@@ -1,12 +1,10 @@
 #include "transports/ipc/ipc_transport.h"
 
-#include <signal.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <array>
 #include <bit>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -16,6 +14,7 @@
 
 #include "lib/base/auth.h"
 #include "lib/base/error.h"
+#include "lib/base/identity.h"
 #include "lib/base/log.h"
 #include "lib/base/socket.h"
 #include "lib/kernels/reduce.h"
@@ -45,8 +44,8 @@ namespace chorus::transport::ipc {
 // Waiting: a device copy ends without waking anyone and a peer's descriptor comes without a signal, so before a
 // waiter sleeps, armWake arms a timer (50 us while a copy runs here, 1 ms otherwise) that waitFd() reports. A waiter
 // only sleeps after spinning and yielding (Comm::waitUntil), so the timer costs latency only when the peer is late
-// anyway. Peer failures: its host transport reports an abort; a process that is gone (kill(pid, 0)) is found
-// before each sleep.
+// anyway. Peer failures: its host transport reports an abort; a process that has exited (a zombie
+// counting as gone: processGone) is found before each sleep.
 namespace {
 
 constexpr size_t kMaxOpened = 128;
@@ -145,7 +144,7 @@ class IpcTransport final : public DeviceTransport {
         pending = true;
       }
       copying |= !p.copying.empty() || (!p.queued.empty() && p.queued.front().bounce != nullptr);
-      if ((pending || copying) && p.watchable && ::kill(setup_.peers[r].pid, 0) != 0 && errno == ESRCH) {
+      if ((pending || copying) && p.watchable && processGone(setup_.peers[r].pid)) {
         deadPeer_ = r;
         return false;
       }
@@ -218,7 +217,7 @@ class IpcTransport final : public DeviceTransport {
     p.in = &page->get()->dir[1 - side];
     p.page = std::move(page);
     const int pid = setup_.peers[peer].pid;
-    p.watchable = pid != getpid() && (::kill(pid, 0) == 0 || errno == EPERM);
+    p.watchable = pid != getpid() && !processGone(pid);
     connected_.push_back(peer);
   }
 
