@@ -4,7 +4,9 @@
 Every rank makes a "chorus" default group and a "gloo" group and one DDP model over each (same initial weights);
 rounds alternate which backend goes first; each round times --steps SGD steps (forward, backward with DDP's
 bucketed all-reduces overlapping it, optimizer) after one warm-up step. Prints the median step time per backend and
-gloo's over chorus's. The model is --layers Linear(--width, --width) with ReLU: 4 x 1280 is 6.6 M parameters,
+gloo's over chorus's. A third model without DDP ("compute only": the same forward, backward and optimizer, no
+communication) runs in the same rounds on every rank: no backend's step can be shorter, so gloo's step over it is
+the most any backend could gain over gloo there. The model is --layers Linear(--width, --width) with ReLU: 4 x 1280 is 6.6 M parameters,
 25 MiB of float32 gradients.
 
 Local processes:  PYTHONPATH=build/ddp/torch /usr/bin/python3 bench/torch_ddp_step.py [-n 2]
@@ -34,10 +36,10 @@ def model(width, layers):
     return torch.nn.Sequential(*mods)
 
 
-def timed_steps(ddp, opt, x, y, steps):
+def timed_steps(net, opt, x, y, steps):
     def step():
         opt.zero_grad()
-        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        torch.nn.functional.mse_loss(net(x), y).backward()
         opt.step()
     step()  # warm-up: DDP's first backward builds its buckets
     dist.barrier()
@@ -59,11 +61,13 @@ def rank_main(rank, world, init, args, out):
         m = model(args.width, args.layers)
         ddps[name] = (DDP(m, process_group=group, bucket_cap_mb=args.bucket_mb),
                       torch.optim.SGD(m.parameters(), lr=1e-4))
+    alone = model(args.width, args.layers)
+    ddps["compute only"] = (alone, torch.optim.SGD(alone.parameters(), lr=1e-4))
     g = torch.Generator().manual_seed(rank)
     x, y = torch.randn(args.batch, args.width, generator=g), torch.randn(args.batch, args.width, generator=g)
-    results = {"chorus": [], "gloo": []}
+    results = {name: [] for name in ddps}
     for r in range(args.rounds):
-        order = ("chorus", "gloo") if r % 2 == 0 else ("gloo", "chorus")
+        order = ("chorus", "gloo", "compute only") if r % 2 == 0 else ("compute only", "gloo", "chorus")
         for name in order:
             ddp, opt = ddps[name]
             results[name] += timed_steps(ddp, opt, x, y, args.steps)
@@ -80,8 +84,9 @@ def report(world, args, grads, med):
           f"interleaved steps")
     print("| backend | step ms |")
     print("|---|---|")
-    for k in ("chorus", "gloo"):
+    for k in ("chorus", "gloo", "compute only"):
         print(f"| {k} | {med[k] * 1e3:.1f} |")
+    print(f"gloo step / compute-only step: {med['gloo'] / med['compute only']:.2f} (the most any backend could gain)")
     print(f"gloo step / chorus step: {med['gloo'] / med['chorus']:.2f}")
 
 
