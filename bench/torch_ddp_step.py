@@ -6,8 +6,8 @@ rounds alternate which backend goes first; each round times --steps SGD steps (f
 bucketed all-reduces overlapping it, optimizer) after one warm-up step. Prints the median step time per backend and
 gloo's over chorus's. A third model without DDP ("compute only": the same forward, backward and optimizer, no
 communication) runs in the same rounds on every rank: no backend's step can be shorter, so gloo's step over it is
-the most any backend could gain over gloo there. The model is --layers Linear(--width, --width) with ReLU: 4 x 1280 is 6.6 M parameters,
-25 MiB of float32 gradients.
+the most any backend could gain over gloo there. The model is --layers Linear(--width, --width) with ReLU: 4 x 1280
+is 6.6 M parameters, 25 MiB of float32 gradients.
 
 Local processes:  PYTHONPATH=build/ddp/torch /usr/bin/python3 bench/torch_ddp_step.py [-n 2]
 Simulated hosts:  scripts/netns-cluster -k 2 --rate 1gbit -- env PYTHONPATH=build/ddp/torch \\
@@ -56,23 +56,22 @@ def rank_main(rank, world, init, args, out):
     torch.set_num_threads(args.threads)
     dist.init_process_group("chorus", init_method=init, rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
-    ddps = {}
+    nets = {}  # name -> (module, its optimizer), in the order of the first round
     for name, group in (("chorus", None), ("gloo", gloo)):
         m = model(args.width, args.layers)
-        ddps[name] = (DDP(m, process_group=group, bucket_cap_mb=args.bucket_mb),
+        nets[name] = (DDP(m, process_group=group, bucket_cap_mb=args.bucket_mb),
                       torch.optim.SGD(m.parameters(), lr=1e-4))
     alone = model(args.width, args.layers)
-    ddps["compute only"] = (alone, torch.optim.SGD(alone.parameters(), lr=1e-4))
+    nets["compute only"] = (alone, torch.optim.SGD(alone.parameters(), lr=1e-4))
     g = torch.Generator().manual_seed(rank)
     x, y = torch.randn(args.batch, args.width, generator=g), torch.randn(args.batch, args.width, generator=g)
-    results = {name: [] for name in ddps}
+    results = {name: [] for name in nets}
     for r in range(args.rounds):
-        order = ("chorus", "gloo", "compute only") if r % 2 == 0 else ("compute only", "gloo", "chorus")
-        for name in order:
-            ddp, opt = ddps[name]
-            results[name] += timed_steps(ddp, opt, x, y, args.steps)
+        for name in list(nets) if r % 2 == 0 else reversed(list(nets)):
+            net, opt = nets[name]
+            results[name] += timed_steps(net, opt, x, y, args.steps)
     if rank == 0:
-        grads = sum(p.numel() for p in ddps["chorus"][0].parameters()) * 4
+        grads = sum(p.numel() for p in nets["chorus"][0].parameters()) * 4
         out.append((grads, {k: statistics.median(v) for k, v in results.items()}))
     dist.destroy_process_group()
 

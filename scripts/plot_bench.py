@@ -70,14 +70,12 @@ for s in sizes:
     cells = [f"{best[n][s][1]:.3f}" if s in best[n] else "—" for n in names]
     print(f"| {label(s)} | " + " | ".join(cells) + " |")
 
-try:
-    import matplotlib
-except ImportError:  # the tables above are the result; the plot is an extra (Debian: python3-matplotlib)
-    if args.png:
-        print(f"plot_bench: no matplotlib, {args.png} not drawn (apt install python3-matplotlib)", file=sys.stderr)
-    sys.exit(0)
-
 if args.png:
+    try:
+        import matplotlib
+    except ImportError:  # the tables above are the result; the plot is an extra (Debian: python3-matplotlib)
+        print(f"plot_bench: no matplotlib, {args.png} not drawn (apt install python3-matplotlib)", file=sys.stderr)
+        sys.exit(0)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
