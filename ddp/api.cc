@@ -9,6 +9,7 @@
 #include "chorus/ddp.h"
 #include "ddp/reducer.h"
 #include "lib/api/api_guard.h"
+#include "lib/base/immortal.h"
 #include "lib/kernels/reduce.h"
 
 using namespace chorus;
@@ -21,7 +22,7 @@ struct chorusDdp {
 namespace {
 
 std::mutex gMu;
-std::set<chorusDdp_t> gLive;  // handles not yet destroyed
+Immortal<std::set<chorusDdp_t>> gLive;  // handles not yet destroyed (Note [Immortal statics])
 
 bool floatingType(int v) {
   return v == chorusFloat16 || v == chorusBfloat16 || v == chorusFloat32 || v == chorusFloat64;
@@ -80,7 +81,7 @@ template <typename F>
 chorusResult_t withDdp(chorusDdp_t d, const char* fn, F&& body) {
   {
     std::lock_guard<std::mutex> g(gMu);
-    if (d == nullptr || gLive.count(d) == 0)
+    if (d == nullptr || gLive->count(d) == 0)
       return apiCall(nullptr, [&] {
         fail(chorusInvalidArgument, "{}: ddp ({}) is {}", fn, static_cast<void*>(d),
              d == nullptr ? "NULL" : "not a live chorusDdp_t: destroyed or never created");
@@ -129,7 +130,7 @@ chorusResult_t chorusDdpCreate(chorusComm_t comm, int nparams, void* const* para
     auto handle = std::make_unique<chorusDdp>();
     handle->reducer = std::make_unique<ddp::Reducer>(comm, std::move(list), std::move(g), opt, problem);
     std::lock_guard<std::mutex> lock(gMu);
-    gLive.insert(handle.get());
+    gLive->insert(handle.get());
     *out = handle.release();
   });
 }
@@ -228,7 +229,7 @@ chorusResult_t chorusDdpBucketTiming(chorusDdp_t d, int bucket, double* startedU
 chorusResult_t chorusDdpDestroy(chorusDdp_t d) {
   {
     std::lock_guard<std::mutex> g(gMu);
-    if (d == nullptr || gLive.erase(d) == 0)
+    if (d == nullptr || gLive->erase(d) == 0)
       return apiCall(nullptr, [&] {
         fail(chorusInvalidArgument, "chorusDdpDestroy: ddp ({}) is {}", static_cast<void*>(d),
              d == nullptr ? "NULL" : "not a live chorusDdp_t: destroyed or never created");

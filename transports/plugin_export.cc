@@ -5,6 +5,7 @@
 #include <new>
 
 #include "lib/base/error.h"
+#include "lib/base/immortal.h"
 #include "lib/base/log.h"
 #include "lib/base/socket.h"
 
@@ -103,8 +104,8 @@ chorusTransportPlugin_v4_t exportPlugin(const PluginSpec& spec) {
   for (size_t i = 0; i < traits.chunks.size() && i < CHORUS_PLUGIN_MAX_CHUNK_STEPS; ++i)
     p.traits.chunks[i] = {traits.chunks[i].fromBytes, traits.chunks[i].chunkBytes};
   p.unavailable = [] {
-    static const std::string why = gSpec->unavailable ? gSpec->unavailable() : "";
-    return why.c_str();
+    static const Immortal<std::string> why{gSpec->unavailable ? gSpec->unavailable() : ""};
+    return why->c_str();
   };
   p.disabledByEnv = [] { return gSpec->disabledByEnv != nullptr && gSpec->disabledByEnv() ? 1 : 0; };
   p.canConnect = [](const chorusPluginPeer_v3* a, const chorusPluginPeer_v3* b) {

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "lib/base/error.h"
+#include "lib/base/immortal.h"
 #include "lib/mem/space.h"
 
 namespace chorus::transport {
@@ -181,8 +182,8 @@ class PluginRuntime final : public mem::Runtime {
 
 std::mutex gMu;
 PluginRuntime* gRuntime = nullptr;  // lives as long as the process: plugins are never unloaded
-std::vector<std::string> gSeen;
-std::string gUnavailable;  // the last memory plugin that could not run here, and why
+Immortal<std::vector<std::string>> gSeen;  // Note [Immortal statics]
+Immortal<std::string> gUnavailable;       // the last memory plugin that could not run here, and why
 
 // Note [A driver without its plugin]: a process with the CUDA driver loaded may hand Chorus device memory even
 // when no CUDA plugin registered (none was built or found, or it cannot run here). Read as host memory it would
@@ -269,8 +270,8 @@ std::string registerMemoryPlugin(const chorusMemoryPlugin_v3_t* table, const std
   if (unavailable != nullptr && *unavailable != '\0') why = fmt::format("not available: {}", unavailable);
   else if (gRuntime != nullptr)
     why = fmt::format("refused: the device runtime {} is registered already", gRuntime->describe());
-  gSeen.push_back(fmt::format("{} from {}: {}", table->name, file, why.empty() ? "registered" : why));
-  if (unavailable != nullptr && *unavailable != '\0') gUnavailable = gSeen.back();
+  gSeen->push_back(fmt::format("{} from {}: {}", table->name, file, why.empty() ? "registered" : why));
+  if (unavailable != nullptr && *unavailable != '\0') *gUnavailable = gSeen->back();
   if (!why.empty()) return why;
   gRuntime = new PluginRuntime(table, file);
   mem::setRuntime(gRuntime);
@@ -279,7 +280,7 @@ std::string registerMemoryPlugin(const chorusMemoryPlugin_v3_t* table, const std
 
 std::vector<std::string> memoryPlugins() {
   std::lock_guard<std::mutex> g(gMu);
-  return gSeen;
+  return *gSeen;
 }
 
 void probeDeviceDriver() {
@@ -289,12 +290,12 @@ void probeDeviceDriver() {
   std::lock_guard<std::mutex> g(gMu);
   static DriverProbe* probe = nullptr;
   if (gRuntime != nullptr || probe != nullptr || get == nullptr) return;
-  probe = gUnavailable.empty()
+  probe = gUnavailable->empty()
               ? new DriverProbe(get, chorusInvalidArgument,
                                 "this Chorus has no CUDA plugin (built without CUDA, or libchorus-cuda_ipc.so is not "
                                 "on the plugin path: see chorus_info)")
               : new DriverProbe(get, chorusUnhandledCudaError,
-                                fmt::format("Chorus's CUDA plugin cannot run here: {}", gUnavailable));
+                                fmt::format("Chorus's CUDA plugin cannot run here: {}", *gUnavailable));
   mem::setRuntime(probe);
 }
 

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "lib/base/error.h"
+#include "lib/base/immortal.h"
 #include "lib/base/log.h"
 #include "lib/base/text.h"
 #include "transports/plugin_host.h"
@@ -46,13 +47,14 @@ Registry build(bool withPlugins) {
 // CHORUS_TRANSPORTS naming one, or any "^" list (all but ...), or chorus_info. Both registries live for the
 // process; the built-in descriptors exist in each, so callers compare transports by name.
 std::atomic<bool> gPluginsLoaded{false};
+// Never destroyed (Note [Immortal statics]): a communicator may close its transports from an exit-time destructor.
 const Registry& builtIns() {
-  static const Registry r = build(false);
-  return r;
+  static const Immortal<Registry> r{build(false)};
+  return *r;
 }
 const Registry& withPlugins() {
-  static const Registry r = build(true);
-  return r;
+  static const Immortal<Registry> r{build(true)};
+  return *r;
 }
 const Registry& theRegistry() { return gPluginsLoaded.load() ? withPlugins() : builtIns(); }
 

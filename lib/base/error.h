@@ -33,4 +33,11 @@ template <typename... Args>
 void setThreadLastError(const std::string& text);
 const char* threadLastError();
 
+// Keeps a thread's copy of `text` in `slot`, a thread_local pointer, and returns it. Usable even from exit handlers,
+// after the thread's destructors ran (Note [Immortal statics] in lib/base/immortal.h): the copy is freed when the
+// thread ends and the slot cleared, so a call after that makes a new copy, which the process's end reclaims. (Not
+// a buffer in thread-local storage: libchorus.so's TLS must stay small, as its initial-exec rank variable puts it
+// in the static TLS that glibc reserves for libraries loaded with dlopen.)
+const char* keepThreadText(std::string*& slot, const std::string& text);
+
 }  // namespace chorus

@@ -595,10 +595,9 @@ void Comm::setLastError(const std::string& text) {
 // Each calling thread gets its own copy: another thread's call (or a failure being recorded) never rewrites the
 // text a caller is still reading.
 const char* Comm::lastError() {
-  thread_local std::string copy;
+  thread_local std::string* copy = nullptr;
   std::lock_guard<std::mutex> g(mu_);
-  copy = lastError_;
-  return copy.c_str();
+  return keepThreadText(copy, lastError_);
 }
 
 std::string Comm::flightDump(const std::string& reason) const {

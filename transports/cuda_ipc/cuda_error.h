@@ -11,11 +11,14 @@
 
 namespace chorus::transport::cuda {
 
-inline thread_local std::string tError;
+// Usable at exit (Note [Immortal statics]): setError() writes it, lastError() reads it.
+inline thread_local std::string* tError = nullptr;
+inline void setError(const std::string& text) { keepThreadText(tError, text); }
+inline const char* lastError() { return tError != nullptr ? tError->c_str() : ""; }
 
 // Records "what: CUDA's text (its name)" and returns chorusUnhandledCudaError.
 inline int failed(cudaError_t e, const std::string& what) {
-  tError = fmt::format("{}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  setError(fmt::format("{}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e)));
   return chorusUnhandledCudaError;
 }
 

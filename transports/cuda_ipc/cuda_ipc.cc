@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "lib/base/immortal.h"
 #include "transports/cuda_ipc/cuda_error.h"
 #include "transports/plugin.h"
 
@@ -44,15 +45,15 @@ struct Exported {
   cudaIpcMemHandle_t handle;
   bool exportable;  // false: cudaIpcGetMemHandle refused it (asked once per allocation)
 };
-std::map<uint64_t, Exported> gExported;  // by allocation start
+Immortal<std::map<uint64_t, Exported>> gExported;  // by allocation start (Note [Immortal statics])
 struct Mapped {
   void* base;
   int refs;
 };
-std::map<std::string, Mapped> gMapped;  // by the handle's bytes
+Immortal<std::map<std::string, Mapped>> gMapped;  // by the handle's bytes
 
 int refuse(const std::string& why) {
-  tError = why;
+  setError(why);
   return chorusUnhandledCudaError;
 }
 
@@ -75,14 +76,14 @@ int ipcExport(int device, const void* p, uint8_t* out, size_t* offset) {
   b.device = device;
   {
     std::lock_guard<std::mutex> g(gMu);
-    auto it = gExported.find(start);
-    if (it == gExported.end() || it->second.bufferId != bufferId) {
+    auto it = gExported->find(start);
+    if (it == gExported->end() || it->second.bufferId != bufferId) {
       OnDevice on(device);
       cudaError_t e = on.error();
       cudaIpcMemHandle_t h{};
       if (e == cudaSuccess) e = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(start));
       if (e != cudaSuccess) cudaGetLastError();  // handled here: not the application's error to find later
-      it = gExported.insert_or_assign(start, Exported{bufferId, h, e == cudaSuccess}).first;
+      it = gExported->insert_or_assign(start, Exported{bufferId, h, e == cudaSuccess}).first;
       if (e != cudaSuccess)
         return failed(e, fmt::format("cuda:{}: cudaIpcGetMemHandle of the allocation holding {}", device, p));
     }
@@ -106,8 +107,8 @@ int ipcOpen(int device, const uint8_t* handle, void** base) {
   }
   const std::string key(reinterpret_cast<const char*>(handle), sizeof b);
   std::lock_guard<std::mutex> g(gMu);
-  auto it = gMapped.find(key);
-  if (it == gMapped.end()) {
+  auto it = gMapped->find(key);
+  if (it == gMapped->end()) {
     OnDevice on(device);
     cudaError_t e = on.error();
     void* p = nullptr;
@@ -117,7 +118,7 @@ int ipcOpen(int device, const uint8_t* handle, void** base) {
       return failed(e, fmt::format("cuda:{}: cudaIpcOpenMemHandle of memory of pid {} on cuda:{}", device, b.pid,
                                    b.device));
     }
-    it = gMapped.emplace(key, Mapped{p, 0}).first;
+    it = gMapped->emplace(key, Mapped{p, 0}).first;
   }
   ++it->second.refs;
   *base = it->second.base;
@@ -129,11 +130,11 @@ int ipcClose(int device, const uint8_t* handle, void*) {
   std::memcpy(&b, handle, sizeof b);
   if (b.pid == getpid()) return 0;
   std::lock_guard<std::mutex> g(gMu);
-  auto it = gMapped.find(std::string(reinterpret_cast<const char*>(handle), sizeof b));
-  if (it == gMapped.end() || --it->second.refs > 0) return 0;
+  auto it = gMapped->find(std::string(reinterpret_cast<const char*>(handle), sizeof b));
+  if (it == gMapped->end() || --it->second.refs > 0) return 0;
   OnDevice on(device);
   const cudaError_t e = cudaIpcCloseMemHandle(it->second.base);
-  gMapped.erase(it);
+  gMapped->erase(it);
   return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaIpcCloseMemHandle", device));
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "lib/base/immortal.h"
 #include "lib/kernels/cuda/reduce_kernels.cuh"
 #include "transports/cuda_ipc/cuda_error.h"
 #include "transports/cuda_ipc/cuda_ipc.h"
@@ -49,13 +50,13 @@ int run(int device, const char* what, F&& enqueue) {
 }
 
 const char* unavailable() {
-  static const std::string why = [] {
+  static const Immortal<std::string> why{[] {
     int n = 0;  // left untouched when there is no driver
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) return std::string(cudaGetErrorString(e));
     return n == 0 ? std::string("no CUDA device") : std::string();
-  }();
-  return why.c_str();
+  }()};
+  return why->c_str();
 }
 
 int classify(const void* p, int* device) {
@@ -122,7 +123,7 @@ struct CopyQueue {
   std::deque<std::pair<uint64_t, cudaEvent_t>> pending;  // oldest first
   std::vector<cudaEvent_t> spare;
 };
-std::array<CopyQueue, kMaxDevices> gCopies;
+Immortal<std::array<CopyQueue, kMaxDevices>> gCopies;  // Note [Immortal statics]
 
 // Queues `enqueue` on the device's copy stream and records an event after it: the ticket's.
 template <class F>
@@ -131,7 +132,7 @@ int startOnCopyStream(int device, const char* what, uint64_t* ticket, F&& enqueu
   OnDevice on(device);
   cudaError_t e = on.error();
   if (e != cudaSuccess) return failed(e, fmt::format("cuda:{}: {}", device, what));
-  CopyQueue& q = gCopies[device];
+  CopyQueue& q = (*gCopies)[device];
   std::lock_guard<std::mutex> g(q.mu);
   if (q.stream == nullptr) e = cudaStreamCreateWithFlags(&q.stream, cudaStreamNonBlocking);
   cudaEvent_t ev = nullptr;
@@ -169,7 +170,7 @@ int reduceStart(int device, void* dst, const void* a, const void* b, size_t coun
 
 int copyDone(int device, uint64_t ticket, int* done) {
   if (device < 0 || device >= kMaxDevices) return failed(cudaErrorInvalidDevice, "copyDone");
-  CopyQueue& q = gCopies[device];
+  CopyQueue& q = (*gCopies)[device];
   std::lock_guard<std::mutex> g(q.mu);
   while (!q.pending.empty() && q.pending.front().first <= ticket) {
     const cudaError_t e = cudaEventQuery(q.pending.front().second);
@@ -206,7 +207,7 @@ int release(int device, void* p) {
 
 const chorusMemoryPlugin_v3_t* memoryTable() {
   static const chorusMemoryPlugin_v3_t t = {
-      CHORUS_MEMORY_PLUGIN_VERSION, "cuda", unavailable, [] { return tError.c_str(); }, classify, currentDevice,
+      CHORUS_MEMORY_PLUGIN_VERSION, "cuda", unavailable, lastError, classify, currentDevice,
       [](int) { return 0; }, copy, reduce, reduceN, scaleDivide, allocate, release, streamOpen, streamFence,
       streamReached, streamRelease, streamSynchronize, streamClose, hostAllocate, hostRelease, copyStart, copyDone,
       ipcExport, ipcOpen, ipcClose, reduceStart};

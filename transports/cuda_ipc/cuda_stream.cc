@@ -120,8 +120,8 @@ int streamFence(void* stream, uint64_t* fence) {
       s->wait = nullptr;  // this device has no stream memory operations
     } else if (r != CUDA_SUCCESS) {
       s->spare.push_back(ev);
-      tError = fmt::format("cuda:{}: cuStreamWaitValue32 on stream {} failed: CUresult {}", s->device,
-                           static_cast<void*>(s->native), static_cast<int>(r));
+      setError(fmt::format("cuda:{}: cuStreamWaitValue32 on stream {} failed: CUresult {}", s->device,
+                           static_cast<void*>(s->native), static_cast<int>(r)));
       return chorusUnhandledCudaError;
     }
   }

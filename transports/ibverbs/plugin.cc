@@ -1,6 +1,7 @@
 // The ibverbs transport's entry in the registry, exported as the plugin table (transports/plugin_export.h).
 #include "lib/base/env.h"
 #include "lib/base/error.h"
+#include "lib/base/immortal.h"
 #include "transports/ibverbs/ibverbs_transport.h"
 #include "transports/ibverbs/verbs.h"
 #include "transports/plugin_export.h"
@@ -98,11 +99,11 @@ extern "C" CHORUS_PLUGIN_EXPORT const chorusTransportPlugin_v4_t chorusTransport
     chorus::transport::exportPlugin(chorus::transport::ibverbs::kSpec);
 
 extern "C" CHORUS_PLUGIN_EXPORT const char* chorusPluginDescribe_v1(void) {
-  static std::string text;
+  static chorus::Immortal<std::string> text;  // Note [Immortal statics]
   try {
-    text = chorus::transport::ibverbs::describePorts();
+    *text = chorus::transport::ibverbs::describePorts();
   } catch (const std::exception& e) {
-    text = e.what();
+    *text = e.what();
   }
-  return text.c_str();
+  return text->c_str();
 }

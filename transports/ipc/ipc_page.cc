@@ -14,6 +14,7 @@
 
 #include "lib/base/error.h"
 #include "lib/base/identity.h"
+#include "lib/base/immortal.h"
 #include "lib/base/socket.h"
 
 namespace chorus::transport::ipc {
@@ -21,8 +22,8 @@ namespace chorus::transport::ipc {
 namespace {
 std::mutex registryMu;
 std::map<std::string, std::weak_ptr<PageMapping>>& registry() {  // this process's mappings, by name
-  static std::map<std::string, std::weak_ptr<PageMapping>> r;
-  return r;
+  static Immortal<std::map<std::string, std::weak_ptr<PageMapping>>> r;  // Note [Immortal statics]
+  return *r;
 }
 
 Page* mapPage(int fd) {

@@ -9,14 +9,15 @@
 #include <new>
 
 #include "lib/base/error.h"
+#include "lib/base/immortal.h"
 
 namespace chorus::transport::shm {
 
 namespace {
 std::mutex registryMu;
 std::map<uint64_t, std::weak_ptr<void>>& registry() {  // memfd inode -> this process's mapping of it
-  static std::map<uint64_t, std::weak_ptr<void>> r;
-  return r;
+  static Immortal<std::map<uint64_t, std::weak_ptr<void>>> r;  // Note [Immortal statics]
+  return *r;
 }
 }  // namespace
 
