@@ -257,8 +257,9 @@ int main(int argc, char** argv) {
   worstDiff = allReduceMax(worstDiff);  // with --uneven each rank is compared with the reference at its last step
 
   // Summary over the steps after the first (the first builds buckets and warms up), medians.
-  auto tail = [](const std::vector<double>& v) {
-    return v.size() > 1 ? std::vector<double>(v.begin() + 1, v.end()) : v;
+  auto tail = [](std::vector<double> v) {
+    if (v.size() > 1) v.erase(v.begin());
+    return v;
   };
   const double stepMed = allReduceMax(median(tail(stepMs))), commMed = allReduceMax(median(tail(commMs)));
   const double expMed = allReduceMax(median(tail(exposedMs))), bwdMed = allReduceMax(median(tail(backwardMs)));

@@ -7,6 +7,7 @@
 #include <cpuid.h>
 #endif
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 
 #include "lib/kernels/isa_table.h"
