@@ -40,8 +40,9 @@ chorusRedOp_t redOp(const c10d::ReduceOp& op, const at::Tensor& t) {
 }
 
 void requireCpu(const at::Tensor& t, const char* what) {
-  TORCH_CHECK(t.device().is_cpu(), "chorus: ", what, " is on ", t.device(),
-              "; this build of chorus_torch takes CPU tensors only");
+  TORCH_CHECK(t.device().is_cpu(), "chorus: ", what, " is on ", t.device(), ": the \"chorus\" backend takes CPU ",
+              "tensors. For CUDA tensors give each device its backend: ",
+              "init_process_group(backend=\"cpu:chorus,cuda:nccl\")");
 }
 
 void requireSame(const std::vector<at::Tensor>& ts, const at::Tensor& like, const char* what) {
@@ -58,10 +59,6 @@ const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
               ts.size());
   requireCpu(ts[0], what);
   return ts[0];
-}
-
-void raise(chorusResult_t rc, chorusComm_t comm, const std::string& call) {
-  TORCH_CHECK(false, "chorus: ", call, " failed: ", chorusGetErrorString(rc), ": ", chorusGetLastError(comm));
 }
 
 }  // namespace chorus::torchpg

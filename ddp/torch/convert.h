@@ -16,14 +16,11 @@ chorusDataType_t dataType(const at::Tensor& t, const char* what);
 // The Chorus op for a torch op on `dtype` (bool: SUM is logical or, as MAX; PRODUCT logical and, as MIN). Refuses
 // BAND/BOR/BXOR/PREMUL_SUM naming the op.
 chorusRedOp_t redOp(const c10d::ReduceOp& op, const at::Tensor& t);
-// A CPU tensor, else refused naming `what` (this build has no CUDA tensors).
+// A CPU tensor, else refused naming `what` and saying how to give CUDA tensors to another backend.
 void requireCpu(const at::Tensor& t, const char* what);
 // Every tensor of the list has the shape and dtype of the first.
 void requireSame(const std::vector<at::Tensor>& ts, const at::Tensor& like, const char* what);
 // A single tensor in a list argument (torch passes lists; Chorus's calls take one buffer per rank).
 const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what);
-
-// "rank 1 (pid 12 on h): ..." Chorus's own text for a failed call.
-[[noreturn]] void raise(chorusResult_t rc, chorusComm_t comm, const std::string& call);
 
 }  // namespace chorus::torchpg

@@ -1,13 +1,31 @@
-// The Python module chorus_torch: importing it registers the "chorus" backend with torch.distributed.
+// The Python module chorus_torch: importing it registers the "chorus" backend with torch.distributed, for the CPU
+// (torch 2.x routes a group's CPU tensors to it: init_process_group("chorus") or "cpu:chorus,cuda:nccl"), with the
+// extended creator API, through which the group's name and global ranks reach the backend.
 #include <pybind11/chrono.h>
 #include <torch/python.h>
 
-#include "ddp/torch/process_group.h"
+#include "ddp/torch/backend.h"
+
+namespace {
+
+c10::intrusive_ptr<chorus::torchpg::BackendBase> create(const c10d::DistributedBackendOptions& o,
+                                                        const pybind11::object& /*pg_options: none of ours*/) {
+  return c10::make_intrusive<chorus::torchpg::ChorusBackend>(
+      o.store, o.group_rank, o.group_size, std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout),
+      chorus::torchpg::ChorusBackend::Identity{.name = o.group_id, .globalRanks = o.global_ranks_in_group});
+}
+
+}  // namespace
 
 PYBIND11_MODULE(chorus_torch, m) {
+  namespace py = pybind11;
   m.doc() = "Chorus as a torch.distributed backend: import chorus_torch, then init_process_group(\"chorus\", ...)";
-  m.def("_create", &chorus::torchpg::ProcessGroupChorus::create, pybind11::call_guard<pybind11::gil_scoped_release>());
-  pybind11::module::import("torch.distributed")
-      .attr("Backend")
-      .attr("register_backend")("chorus", m.attr("_create"));
+  m.def("_create", &create, py::call_guard<py::gil_scoped_release>());
+  py::object registerBackend = py::module::import("torch.distributed").attr("Backend").attr("register_backend");
+#if CHORUS_TORCH_BACKEND
+  registerBackend("chorus", m.attr("_create"), py::arg("extended_api") = true,
+                  py::arg("devices") = std::vector<std::string>{"cpu"});
+#else
+  registerBackend("chorus", m.attr("_create"), py::arg("extended_api") = true);
+#endif
 }

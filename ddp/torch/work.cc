@@ -3,30 +3,31 @@
 #include <Python.h>
 #include <ATen/core/ivalue.h>
 
+#include <algorithm>
 #include <exception>
-#include <stdexcept>
+#include <thread>
+
+#include "ddp/torch/compat.h"
 
 namespace chorus::torchpg {
 
-ChorusWork::ChorusWork(int rank, c10d::OpType type, chorusStream_t stream, std::string call,
+ChorusWork::ChorusWork(int rank, c10d::OpType type, const char* name, std::shared_ptr<const std::string> where,
                        std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> after,
                        Completer* completer)
     : Work(rank, type),
-      stream_(stream),
-      call_(std::move(call)),
+      name_(name),
+      where_(std::move(where)),
       outputs_(std::move(outputs)),
       keep_(std::move(keep)),
       after_(std::move(after)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
       completer_(completer) {}
 
-ChorusWork::~ChorusWork() {
-  if (stream_ != nullptr) chorusStreamDestroy(stream_);
-}
+std::string ChorusWork::call() const { return c10::str(name_, " on ", *where_); }
 
 int ChorusWork::sourceRank() const {
-  TORCH_CHECK(source_ != nullptr, "chorus: sourceRank() is known only for a recv from any source (", call_, ")");
-  TORCH_CHECK(*source_ >= 0, "chorus: sourceRank() of ", call_, " before it completed (wait() first)");
+  TORCH_CHECK(source_ != nullptr, "chorus: sourceRank() is known only for a recv from any source (", call(), ")");
+  TORCH_CHECK(*source_ >= 0, "chorus: sourceRank() of ", call(), " before it completed (wait() first)");
   return *source_;
 }
 
@@ -45,14 +46,35 @@ c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
   return future_;
 }
 
+void ChorusWork::issued(std::shared_ptr<SharedStream> stream) {
+  std::lock_guard<std::mutex> g(streamMu_);
+  stream_ = std::move(stream);
+  issued_ = true;
+}
+
 bool ChorusWork::wait(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> g(streamMu_);
+    TORCH_CHECK(issued_, "chorus: ", call(), " was called inside a coalescing region and runs at the region's end: ",
+                "wait for it after the region");
+  }
+  if (timeout != kNoTimeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (!streamDone()) {
+      if (std::chrono::steady_clock::now() >= until)
+        throwBackendError(c10::str("chorus: ", call(), " did not complete within ", timeout.count(),
+                                   " ms (the timeout given to wait)"));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
   complete(nullptr);
   return Work::wait(timeout);
 }
 
 bool ChorusWork::streamDone() {
   std::lock_guard<std::mutex> g(streamMu_);
-  return stream_ == nullptr || chorusStreamQuery(stream_) != chorusInProgress;
+  if (!issued_) return false;
+  return stream_ == nullptr || chorusStreamQuery(stream_->get()) != chorusInProgress;
 }
 
 bool ChorusWork::isCompleted() {
@@ -67,11 +89,17 @@ void ChorusWork::complete(CallbackThreads* callbacks) {
 }
 
 void ChorusWork::completeOnce(CallbackThreads* callbacks) {
-  const chorusResult_t rc = chorusStreamSynchronize(stream_);
+  std::shared_ptr<SharedStream> stream;
+  {
+    std::lock_guard<std::mutex> g(streamMu_);
+    stream = stream_;
+  }
+  TORCH_INTERNAL_ASSERT(stream != nullptr, "chorus: ", call(), " completed before it was issued");
+  const chorusResult_t rc = chorusStreamSynchronize(stream->get());
   std::exception_ptr error;
   if (rc != chorusSuccess) {
-    error = std::make_exception_ptr(std::runtime_error("chorus: " + call_ + " failed: " + chorusGetErrorString(rc) +
-                                                       ": " + chorusGetLastError(nullptr)));
+    error = backendError(c10::str("chorus: ", call(), " failed: ", chorusGetErrorString(rc), ": ",
+                                  chorusGetLastError(nullptr)));
   } else {
     try {
       if (after_) after_();
@@ -81,9 +109,9 @@ void ChorusWork::completeOnce(CallbackThreads* callbacks) {
   }
   {
     std::lock_guard<std::mutex> g(streamMu_);
-    chorusStreamDestroy(stream_);
-    stream_ = nullptr;
+    stream_.reset();
   }
+  stream.reset();  // the last Work on it destroys the Chorus stream
   keep_.clear();
   finish(error);
   auto mark = [future = future_, outputs = outputs_, error] {
@@ -100,6 +128,42 @@ void ChorusWork::completeOnce(CallbackThreads* callbacks) {
   }
   if (callbacks != nullptr) callbacks->post(std::move(mark));
   else mark();
+}
+
+CoalescedWork::CoalescedWork(int rank, std::vector<c10::intrusive_ptr<ChorusWork>> members)
+    : Work(rank, kCoalescedOpType), members_(std::move(members)) {}
+
+bool CoalescedWork::isCompleted() {
+  for (auto& m : members_)
+    if (!m->isCompleted()) return false;
+  return true;
+}
+
+bool CoalescedWork::wait(std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (auto& m : members_) {  // each raises its own failure
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    m->wait(timeout == kNoTimeout ? kNoTimeout : std::max(left, std::chrono::milliseconds(0)));
+  }
+  return true;
+}
+
+std::vector<at::Tensor> CoalescedWork::result() {
+  std::vector<at::Tensor> all;
+  for (auto& m : members_) {
+    std::vector<at::Tensor> r = m->result();
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  return all;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> CoalescedWork::getFuture() {
+  c10::List<c10::intrusive_ptr<c10::ivalue::Future>> futures(c10::FutureType::create(c10::AnyType::get()));
+  for (auto& m : members_) futures.push_back(m->getFuture());
+  std::vector<at::Tensor> outputs = result();
+  // collectAll's Future fails with the first member's failure, and then() passes a failure on.
+  return c10::collectAll(futures)->then([outputs](c10::ivalue::Future&) { return c10::IValue(outputs); },
+                                        c10::ListType::create(c10::TensorType::get()));
 }
 
 void CallbackThreads::close() {

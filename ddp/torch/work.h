@@ -1,8 +1,10 @@
-// A torch Work for an operation issued on a Chorus stream of its own, and the thread that completes them: it waits
-// for each stream in issue order, copies results back where torch's tensors were not contiguous, and finishes the
-// Work and its Future (DDP waits on getFuture()), with Chorus's error text when the operation failed. The Future's
-// callbacks run on threads of their own (CallbackThreads). A Work that is waited for completes on the waiting
-// thread, and the completer is in a hurry only for Works whose Future was handed out (Note [Lazy completion]).
+// A torch Work for calls issued on a Chorus stream, and the thread that completes them: it waits for each stream in
+// issue order, copies results back where torch's tensors were not contiguous, and finishes the Work and its Future
+// (DDP waits on getFuture()), with Chorus's error text when the operation failed (DistBackendError on torch 2.x).
+// The Future's callbacks run on threads of their own (CallbackThreads). A Work that is waited for completes on the
+// waiting thread, and the completer is in a hurry only for Works whose Future was handed out (Note [Lazy
+// completion]). The calls of a coalescing region share one stream (Note [Coalescing] in backend.cc): their Works
+// exist from the call, and are issued, with the stream, at the region's end.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -38,24 +40,40 @@ class CallbackThreads {
   std::vector<std::thread> threads_;
 };
 
+// A Chorus stream that one or more Works complete on, destroyed with the last of them.
+class SharedStream {
+ public:
+  explicit SharedStream(chorusStream_t s) : stream_(s) {}
+  ~SharedStream() { chorusStreamDestroy(stream_); }
+  SharedStream(const SharedStream&) = delete;
+  SharedStream& operator=(const SharedStream&) = delete;
+  chorusStream_t get() const { return stream_; }
+
+ private:
+  chorusStream_t stream_;
+};
+
 class Completer;
 
 class ChorusWork final : public c10d::Work {
  public:
-  // `outputs`: what result() and the future hold; `keep`: tensors the operation reads or writes until it is done;
-  // `after`: run once it succeeded (copies back into non-contiguous outputs).
-  ChorusWork(int rank, c10d::OpType type, chorusStream_t stream, std::string call,
+  // `name` and `where`: what errors name ("all_reduce", "group 'tp' rank 1 (global 3)"); `outputs`: what result()
+  // and the Future hold; `keep`: tensors the operation reads or writes until it is done; `after`: run once it
+  // succeeded (copies back into non-contiguous outputs).
+  ChorusWork(int rank, c10d::OpType type, const char* name, std::shared_ptr<const std::string> where,
              std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> after,
              Completer* completer);
-  ~ChorusWork() override;
   std::vector<at::Tensor> result() override { return outputs_; }
   // recvAnysource's: the rank the message came from, once the Work completed.
   int sourceRank() const override;
   void setSource(std::shared_ptr<int> source) { source_ = std::move(source); }
+  // The operation was issued on `stream`; the completer may now take it.
+  void issued(std::shared_ptr<SharedStream> stream);
   // Hands the Future out: from then on its callbacks may exist, and the completer completes this Work promptly.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   // The thread that waits runs the completion itself (no hand-off to the completer's thread), once, and the
-  // Future's callbacks too.
+  // Future's callbacks too. With a timeout, a Work not done by then raises DistBackendError naming the call (the
+  // operation goes on: the communicator's own timeout ends it if it never completes).
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   // Completes the Work here when its stream is done.
   bool isCompleted() override;
@@ -64,12 +82,15 @@ class ChorusWork final : public c10d::Work {
   // Waits for the stream, then finishes; runs once, on whichever of the completer and a waiter comes first.
   // The Future is marked (running its callbacks) on `callbacks`, or right here when it is null.
   void complete(CallbackThreads* callbacks);
+  std::string call() const;  // "all_reduce on group 'tp' rank 1 (global 3)"
 
  private:
   void completeOnce(CallbackThreads* callbacks);
-  std::mutex streamMu_;  // stream_ goes to nullptr once completed
-  chorusStream_t stream_;
-  std::string call_;
+  std::mutex streamMu_;
+  std::shared_ptr<SharedStream> stream_;  // null before it was issued and once completed
+  bool issued_ = false;                   // guarded by streamMu_
+  const char* name_;
+  std::shared_ptr<const std::string> where_;
   std::vector<at::Tensor> outputs_, keep_;
   std::function<void()> after_;
   std::shared_ptr<int> source_;  // written by chorusRecvTagged before the stream completes
@@ -80,11 +101,25 @@ class ChorusWork final : public c10d::Work {
   std::once_flag once_;
 };
 
+// The Work of a coalescing region's end (Note [Coalescing] in backend.cc): done when every call of the region is, and
+// failed with the first failure among them.
+class CoalescedWork final : public c10d::Work {
+ public:
+  CoalescedWork(int rank, std::vector<c10::intrusive_ptr<ChorusWork>> members);
+  bool isCompleted() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  std::vector<at::Tensor> result() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  std::vector<c10::intrusive_ptr<ChorusWork>> members_;
+};
+
 class Completer {
  public:
   Completer();
   ~Completer() { close(); }
-  // Queues w, and completes the Works at the queue's front whose operations are done.
+  // Queues an issued w, and completes the Works at the queue's front whose operations are done.
   void push(c10::intrusive_ptr<ChorusWork> w);
   void hurry();  // a queued Work's Future was handed out: complete the queue now
   void close();  // completes what is queued (and runs its callbacks), then ends the threads
