@@ -5,12 +5,14 @@
 #include <cstring>
 
 #include "ddp/torch/convert.h"
+#include "lib/base/immortal.h"
 
 namespace chorus::torchpg {
 
 namespace {
 
 const char* const kStoreKey = "chorus_unique_id";
+const char* const kCallbackStoreKey = "chorus_callback_unique_id";
 
 bool pointToPoint(c10d::OpType t) {
   return t == c10d::OpType::SEND || t == c10d::OpType::RECV || t == c10d::OpType::RECVANYSOURCE;
@@ -20,30 +22,78 @@ bool pointToPoint(c10d::OpType t) {
 
 ChorusBackend::ChorusBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              std::chrono::milliseconds timeout, Identity identity)
-    : BackendBase(rank, size), identity_(std::move(identity)) {
+    : BackendBase(rank, size), identity_(std::move(identity)), store_(store), timeout_(timeout) {
+  comm_ = makeComm(kStoreKey);
+}
+
+ChorusBackend::~ChorusBackend() {
+  completer_.close();  // their streams belong to the communicators
+  p2pCompleter_.close();
+  callbackCompleter_.close();
+  if (callbackComm_ != nullptr) chorusCommDestroy(callbackComm_);
+  if (comm_ != nullptr) chorusCommDestroy(comm_);
+}
+
+// Note [Threads at exit]
+// A backend's threads complete Works and run their Futures' callbacks, which take the GIL (a callback in Python, or
+// dropping the last reference to a tensor Python made). A backend torch still holds when the script ends (a DDP
+// module keeps its group) lives on into interpreter finalization, where a thread that takes the GIL is ended by
+// Python with pthread_exit, and the forced unwind through a C++ frame aborts the process ("terminate called without
+// an active exception": 3 of 6 runs of DDP with PowerSGD, 2 processes, torch 2.6). So chorus_torch registers with
+// Python's atexit, which runs before finalization, a call that closes every live backend's threads; what is issued
+// after that completes on the calling thread.
+namespace {
+std::mutex gLiveMu;
+Immortal<std::vector<c10::weak_intrusive_ptr<ChorusBackend>>> gLive;  // Note [Immortal statics]
+}  // namespace
+
+void ChorusBackend::live(const c10::intrusive_ptr<ChorusBackend>& backend) {
+  std::lock_guard<std::mutex> g(gLiveMu);
+  std::erase_if(*gLive, [](const c10::weak_intrusive_ptr<ChorusBackend>& w) { return w.expired(); });
+  gLive->emplace_back(backend);
+}
+
+void ChorusBackend::closeAll() {
+  std::vector<c10::intrusive_ptr<ChorusBackend>> backends;
+  {
+    std::lock_guard<std::mutex> g(gLiveMu);
+    for (const auto& w : *gLive)
+      if (auto b = w.lock()) backends.push_back(std::move(b));
+    gLive->clear();
+  }
+  for (auto& b : backends) {
+    b->completer_.close();
+    b->p2pCompleter_.close();
+    b->callbackCompleter_.close();
+  }
+}
+
+chorusComm_t ChorusBackend::makeComm(const char* key) {
   // Rank 0 starts the bootstrap root and publishes its id; the others wait for it in the store (its timeout).
   chorusUniqueId id;
-  if (rank == 0) {
+  if (getRank() == 0) {
     const chorusResult_t rc = chorusGetUniqueId(&id);
     if (rc != chorusSuccess) refused(rc, "chorusGetUniqueId", chorusGetLastError(nullptr));
-    store->set(kStoreKey, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
+    store_->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
   } else {
-    store->setTimeout(timeout);
-    const std::vector<uint8_t> got = store->get(kStoreKey);
-    TORCH_CHECK(got.size() == sizeof id.internal, "chorus: the store's ", kStoreKey, " has ", got.size(),
+    store_->setTimeout(timeout_);
+    const std::vector<uint8_t> got = store_->get(key);
+    TORCH_CHECK(got.size() == sizeof id.internal, "chorus: the store's ", key, " has ", got.size(),
                 " bytes, expected ", sizeof id.internal, " (another Chorus version?)");
     std::memcpy(id.internal, got.data(), got.size());
   }
   chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
-  config.timeoutSec = config.initTimeoutSec = std::chrono::duration<double>(timeout).count();
-  const chorusResult_t rc = chorusCommInitRankConfig(&comm_, size, id, rank, &config);
+  config.timeoutSec = config.initTimeoutSec = std::chrono::duration<double>(timeout_).count();
+  chorusComm_t comm = nullptr;
+  const chorusResult_t rc = chorusCommInitRankConfig(&comm, getSize(), id, getRank(), &config);
   if (rc != chorusSuccess) refused(rc, "creating the communicator", chorusGetLastError(nullptr));
+  return comm;
 }
 
-ChorusBackend::~ChorusBackend() {
-  completer_.close();  // their streams belong to the communicator
-  p2pCompleter_.close();
-  if (comm_ != nullptr) chorusCommDestroy(comm_);
+chorusComm_t ChorusBackend::callbackComm() {
+  std::lock_guard<std::mutex> g(callbackCommMu_);
+  if (callbackComm_ == nullptr) callbackComm_ = makeComm(kCallbackStoreKey);
+  return callbackComm_;
 }
 
 std::shared_ptr<const std::string> ChorusBackend::where() {
@@ -73,20 +123,20 @@ void ChorusBackend::checkRank(int64_t r, const char* what) const {
               ")");
 }
 
-std::shared_ptr<SharedStream> ChorusBackend::newStream(const char* call) {
+std::shared_ptr<SharedStream> ChorusBackend::newStream(chorusComm_t comm, const char* call) {
   chorusStream_t stream = nullptr;
-  const chorusResult_t rc = chorusStreamCreate(comm_, &stream);
-  if (rc != chorusSuccess) refused(rc, call, chorusGetLastError(comm_));
+  const chorusResult_t rc = chorusStreamCreate(comm, &stream);
+  if (rc != chorusSuccess) refused(rc, call, chorusGetLastError(comm));
   return std::make_shared<SharedStream>(stream);
 }
 
 namespace {
 
-// Issues `issue` on stream (in a group when asked); the first failure with its text.
-chorusResult_t issueOn(chorusStream_t stream, const std::function<chorusResult_t(chorusStream_t)>& issue, bool group,
-                       std::string* text) {
+// Issues `issue` on comm and stream (in a group when asked); the first failure with its text.
+template <class Issue>
+chorusResult_t issueOn(chorusComm_t comm, chorusStream_t stream, const Issue& issue, bool group, std::string* text) {
   if (group) chorusGroupStart();
-  chorusResult_t rc = issue(stream);
+  chorusResult_t rc = issue(comm, stream);
   if (rc != chorusSuccess) *text = chorusGetLastError(nullptr);
   if (group) {
     const chorusResult_t end = chorusGroupEnd();
@@ -102,23 +152,29 @@ chorusResult_t issueOn(chorusStream_t stream, const std::function<chorusResult_t
 
 c10::intrusive_ptr<c10d::Work> ChorusBackend::run(Call call) {
   const bool p2p = pointToPoint(call.type);
+  // A collective called from a Future's callback goes to the callbacks' communicator (Note [Callback order]).
+  const bool fromCallback = !p2p && CallbackThread::current();
+  const chorusComm_t comm = fromCallback ? callbackComm() : comm_;
+  Completer& completer = p2p ? p2pCompleter_ : fromCallback ? callbackCompleter_ : completer_;
   std::lock_guard<std::mutex> g(mu_);
+  if (!fromCallback) issuingCalls_->fetch_add(1);
   auto work = c10::make_intrusive<ChorusWork>(getRank(), call.type, call.name, where(), std::move(call.outputs),
-                                              std::move(call.keep), std::move(call.after),
-                                              p2p ? &p2pCompleter_ : &completer_);
+                                              std::move(call.keep), std::move(call.after), &completer,
+                                              issuingCalls_);
+  if (fromCallback) work->setFromCallback();
   if (!p2p) ++seq_;
-  if (coalescing_ && !p2p) {
+  if (coalescing_ && !p2p && !fromCallback) {
     deferred_.push_back({.work = work, .issue = std::move(call.issue), .group = call.group});
     region_.push_back(work);
     return work;
   }
-  std::shared_ptr<SharedStream> stream = newStream(call.name);
+  std::shared_ptr<SharedStream> stream = newStream(comm, call.name);
   std::string text;
-  const chorusResult_t rc = issueOn(stream->get(), call.issue, call.group, &text);
+  const chorusResult_t rc = issueOn(comm, stream->get(), call.issue, call.group, &text);
   if (rc != chorusSuccess) refused(rc, call.name, text);
   work->issued(std::move(stream));
-  (p2p ? p2pCompleter_ : completer_).push(work);
-  if (coalescing_) region_.push_back(work);
+  completer.push(work);
+  if (coalescing_ && !fromCallback) region_.push_back(work);
   return work;
 }
 
@@ -149,13 +205,13 @@ void ChorusBackend::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& /
     std::vector<Deferred> held;
     held.swap(deferred_);
     if (!held.empty()) {
-      std::shared_ptr<SharedStream> stream = newStream("the coalesced calls");
+      std::shared_ptr<SharedStream> stream = newStream(comm_, "the coalesced calls");
       std::string text;
       chorusGroupStart();
       chorusResult_t rc = chorusSuccess;
       size_t failed = 0;
       for (; failed < held.size() && rc == chorusSuccess; ++failed)
-        rc = issueOn(stream->get(), held[failed].issue, held[failed].group, &text);
+        rc = issueOn(comm_, stream->get(), held[failed].issue, held[failed].group, &text);
       const chorusResult_t end = chorusGroupEnd();
       if (rc == chorusSuccess && end != chorusSuccess) {
         rc = end;

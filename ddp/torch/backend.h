@@ -36,6 +36,12 @@ class ChorusBackend final : public BackendBase {
   ~ChorusBackend() override;
   const std::string getBackendName() const override { return "chorus"; }
 
+  // Note [Threads at exit]: registers a backend made by the creator, so that closeAll() can reach it.
+  static void live(const c10::intrusive_ptr<ChorusBackend>& backend);
+  // Completes what every live backend has in flight, runs its callbacks and ends its threads; the backends stay
+  // usable (a later call completes on the calling thread). Called from Python's atexit, before finalization.
+  static void closeAll();
+
   using Tensors = std::vector<at::Tensor>;
   c10::intrusive_ptr<c10d::Work> broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override;
@@ -84,9 +90,9 @@ class ChorusBackend final : public BackendBase {
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
  private:
-  using Issue = std::function<chorusResult_t(chorusStream_t)>;
-  // One torch call: what it issues (called once, on a stream; captures by value: in a coalescing region it runs at
-  // the region's end) and what its Work keeps and does after.
+  // One torch call: what it issues (called once, with the communicator and stream to issue it on; captures by
+  // value: in a coalescing region it runs at the region's end) and what its Work keeps and does after.
+  using Issue = std::function<chorusResult_t(chorusComm_t, chorusStream_t)>;
   struct Call {
     c10d::OpType type;
     const char* name;  // torch's name for it: "all_reduce"
@@ -99,14 +105,23 @@ class ChorusBackend final : public BackendBase {
   c10::intrusive_ptr<c10d::Work> run(Call call);
   // "group 'tp' rank 1 (global 3)", as torch names the group now (2.x names it after creating the backend).
   std::shared_ptr<const std::string> where();
-  std::shared_ptr<SharedStream> newStream(const char* call);
+  std::shared_ptr<SharedStream> newStream(chorusComm_t comm, const char* call);
+  // A communicator of this group's ranks through the store (`key` names it there); throws what Chorus said.
+  chorusComm_t makeComm(const char* key);
+  // The communicator of the calls made from Futures' callbacks (Note [Callback order] in work.cc), made at the first.
+  chorusComm_t callbackComm();
   // A call that Chorus refused: RuntimeError naming the argument for a bad one, DistBackendError otherwise.
   [[noreturn]] void refused(chorusResult_t rc, const char* call, const std::string& text);
   void checkRank(int64_t r, const char* what) const;
 
   Identity identity_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
   chorusComm_t comm_ = nullptr;
+  std::mutex callbackCommMu_;
+  chorusComm_t callbackComm_ = nullptr;
   std::atomic<uint64_t> seq_{0};
+  CallCount issuingCalls_ = std::make_shared<std::atomic<uint64_t>>(0);  // Note [Callback order] in work.cc
   std::mutex mu_;  // what follows: calls may come from several threads (DDP's hooks run on callback threads)
   std::shared_ptr<const std::string> where_;
   std::string whereDesc_;  // the group description where_ was made with
@@ -122,6 +137,7 @@ class ChorusBackend final : public BackendBase {
   // Point-to-point Works complete in an order of their own: a receive waiting for its message must not hold up
   // the Futures of the collectives issued after it (DDP's).
   Completer p2pCompleter_;
+  Completer callbackCompleter_;  // the Works of callbackComm_
 };
 
 }  // namespace chorus::torchpg

@@ -49,7 +49,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::broadcast(Tensors& tensors, const 
   Contiguous c = contiguous(t);
   const int root = static_cast<int>(opts.rootRank);
   return run({.type = c10d::OpType::BROADCAST, .name = "broadcast", .outputs = tensors, .keep = {c.buf},
-              .issue = [buf = c.buf, dt, root, comm = comm_](chorusStream_t s) {
+              .issue = [buf = c.buf, dt, root](chorusComm_t comm, chorusStream_t s) {
                 return chorusBroadcast(buf.data_ptr(), buf.data_ptr(), count(buf), dt, root, comm, s);
               },
               .after = c.back});
@@ -61,7 +61,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::allreduce(Tensors& tensors, const 
   const chorusRedOp_t op = redOp(opts.reduceOp, t);
   Contiguous c = contiguous(t);
   return run({.type = c10d::OpType::ALLREDUCE, .name = "all_reduce", .outputs = tensors, .keep = {c.buf},
-              .issue = [buf = c.buf, dt, op, comm = comm_](chorusStream_t s) {
+              .issue = [buf = c.buf, dt, op](chorusComm_t comm, chorusStream_t s) {
                 return chorusAllReduce(buf.data_ptr(), buf.data_ptr(), count(buf), dt, op, comm, s);
               },
               .after = c.back});
@@ -84,7 +84,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::allreduce_coalesced(Tensors& tenso
   }
   return run({.type = c10d::OpType::ALLREDUCE_COALESCED, .name = "all_reduce_coalesced", .outputs = tensors,
               .keep = bufs,
-              .issue = [bufs, dts, ops, comm = comm_](chorusStream_t s) {
+              .issue = [bufs, dts, ops](chorusComm_t comm, chorusStream_t s) {
                 for (size_t i = 0; i < bufs.size(); ++i)
                   if (chorusResult_t rc = chorusAllReduce(bufs[i].data_ptr(), bufs[i].data_ptr(), count(bufs[i]),
                                                           dts[i], ops[i], comm, s))
@@ -106,7 +106,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::reduce(Tensors& tensors, const c10
   // Only the root's tensor receives the result; the others' stay as they were.
   at::Tensor out = isRoot ? c.buf : at::empty_like(c.buf);
   return run({.type = c10d::OpType::REDUCE, .name = "reduce", .outputs = tensors, .keep = {c.buf, out},
-              .issue = [in = c.buf, out, dt, op, root, comm = comm_](chorusStream_t s) {
+              .issue = [in = c.buf, out, dt, op, root](chorusComm_t comm, chorusStream_t s) {
                 return chorusReduce(in.data_ptr(), out.data_ptr(), count(in), dt, op, root, comm, s);
               },
               .after = isRoot ? c.back : std::function<void()>()});
@@ -123,7 +123,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::allgather(std::vector<Tensors>& ou
   at::Tensor src = in.contiguous();
   at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
   return run({.type = c10d::OpType::ALLGATHER, .name = "all_gather", .outputs = outputs[0], .keep = {src, flat},
-              .issue = [src, flat, dt, comm = comm_](chorusStream_t s) {
+              .issue = [src, flat, dt](chorusComm_t comm, chorusStream_t s) {
                 return chorusAllGather(src.data_ptr(), flat.data_ptr(), count(src), dt, comm, s);
               },
               .after = unflatten(outputs[0], flat, in.numel())});
@@ -141,7 +141,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::_allgather_base(at::Tensor& output
   Contiguous c = contiguous(output);
   return run({.type = c10d::OpType::_ALLGATHER_BASE, .name = "all_gather_into_tensor", .outputs = {output},
               .keep = {src, c.buf},
-              .issue = [src, dst = c.buf, dt, comm = comm_](chorusStream_t s) {
+              .issue = [src, dst = c.buf, dt](chorusComm_t comm, chorusStream_t s) {
                 return chorusAllGather(src.data_ptr(), dst.data_ptr(), count(src), dt, comm, s);
               },
               .after = c.back});
@@ -169,7 +169,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::allgather_coalesced(std::vector<Te
   for (const Tensors& list : outputs) outs.insert(outs.end(), list.begin(), list.end());
   return run({.type = c10d::OpType::ALLGATHER_COALESCED, .name = "all_gather_coalesced", .outputs = outs,
               .keep = keep,
-              .issue = [srcs, flats, dts, comm = comm_](chorusStream_t s) {
+              .issue = [srcs, flats, dts](chorusComm_t comm, chorusStream_t s) {
                 for (size_t i = 0; i < srcs.size(); ++i)
                   if (chorusResult_t rc =
                           chorusAllGather(srcs[i].data_ptr(), flats[i].data_ptr(), count(srcs[i]), dts[i], comm, s))
@@ -212,7 +212,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::allgather_into_tensor_coalesced(Te
   keep.insert(keep.end(), dsts.begin(), dsts.end());
   return run({.type = c10d::OpType::COALESCED, .name = "all_gather_into_tensor_coalesced", .outputs = outputs,
               .keep = keep,
-              .issue = [srcs, dsts, dts, comm = comm_](chorusStream_t s) {
+              .issue = [srcs, dsts, dts](chorusComm_t comm, chorusStream_t s) {
                 for (size_t i = 0; i < srcs.size(); ++i)
                   if (chorusResult_t rc =
                           chorusAllGather(srcs[i].data_ptr(), dsts[i].data_ptr(), count(srcs[i]), dts[i], comm, s))
@@ -250,7 +250,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::reduce_scatter_tensor_coalesced(
   keep.insert(keep.end(), dsts.begin(), dsts.end());
   return run({.type = c10d::OpType::COALESCED, .name = "reduce_scatter_tensor_coalesced", .outputs = outputs,
               .keep = keep,
-              .issue = [srcs, dsts, dts, ops, comm = comm_](chorusStream_t s) {
+              .issue = [srcs, dsts, dts, ops](chorusComm_t comm, chorusStream_t s) {
                 for (size_t i = 0; i < srcs.size(); ++i)
                   if (chorusResult_t rc = chorusReduceScatter(srcs[i].data_ptr(), dsts[i].data_ptr(),
                                                               count(dsts[i]), dts[i], ops[i], comm, s))
@@ -286,7 +286,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::gather(std::vector<Tensors>& outpu
     TORCH_CHECK(outputs.empty() || outputs[0].empty(), "chorus: gather_list must be empty except at the destination");
   }
   return run({.type = c10d::OpType::GATHER, .name = "gather", .outputs = outs, .keep = keep,
-              .issue = [src, bufs, dt, root, me, n, comm = comm_](chorusStream_t s) {
+              .issue = [src, bufs, dt, root, me, n](chorusComm_t comm, chorusStream_t s) {
                 if (me != root) return chorusSend(src.data_ptr(), count(src), dt, root, comm, s);
                 for (int r = 0; r < n; ++r)
                   if (chorusResult_t rc = r == root ? chorusSuccess
@@ -317,7 +317,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::scatter(Tensors& outputs, std::vec
     TORCH_CHECK(inputs.empty() || inputs[0].empty(), "chorus: scatter_list must be empty except at the source");
   }
   return run({.type = c10d::OpType::SCATTER, .name = "scatter", .outputs = outputs, .keep = keep,
-              .issue = [buf = c.buf, srcs, dt, root, me, n, comm = comm_](chorusStream_t s) {
+              .issue = [buf = c.buf, srcs, dt, root, me, n](chorusComm_t comm, chorusStream_t s) {
                 if (me != root) return chorusRecv(buf.data_ptr(), count(buf), dt, root, comm, s);
                 for (int r = 0; r < n; ++r)
                   if (chorusResult_t rc = r == root ? chorusSuccess
@@ -344,7 +344,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::reduce_scatter(Tensors& outputs, s
   Contiguous c = contiguous(out);
   return run({.type = c10d::OpType::REDUCE_SCATTER, .name = "reduce_scatter", .outputs = outputs,
               .keep = {flat, c.buf},
-              .issue = [flat, buf = c.buf, dt, op, comm = comm_](chorusStream_t s) {
+              .issue = [flat, buf = c.buf, dt, op](chorusComm_t comm, chorusStream_t s) {
                 return chorusReduceScatter(flat.data_ptr(), buf.data_ptr(), count(buf), dt, op, comm, s);
               },
               .after = c.back});
@@ -363,7 +363,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::_reduce_scatter_base(at::Tensor& o
   Contiguous c = contiguous(output);
   return run({.type = c10d::OpType::_REDUCE_SCATTER_BASE, .name = "reduce_scatter_tensor", .outputs = {output},
               .keep = {src, c.buf},
-              .issue = [src, buf = c.buf, dt, op, comm = comm_](chorusStream_t s) {
+              .issue = [src, buf = c.buf, dt, op](chorusComm_t comm, chorusStream_t s) {
                 return chorusReduceScatter(src.data_ptr(), buf.data_ptr(), count(buf), dt, op, comm, s);
               },
               .after = c.back});
@@ -414,7 +414,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::alltoall_base(at::Tensor& output, 
   }
   return run({.type = c10d::OpType::ALLTOALL_BASE, .name = "all_to_all_single", .outputs = {output},
               .keep = {src, c.buf},
-              .issue = [=, buf = c.buf, comm = comm_](chorusStream_t s) {
+              .issue = [=, buf = c.buf](chorusComm_t comm, chorusStream_t s) {
                 if (equal) return chorusAllToAll(src.data_ptr(), buf.data_ptr(), count(src) / n, dt, comm, s);
                 return chorusAllToAllv(src.data_ptr(), sendCounts.data(), sendDispls.data(), buf.data_ptr(),
                                        recvCounts.data(), recvDispls.data(), dt, comm, s);
@@ -444,7 +444,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::alltoall(Tensors& outputs, Tensors
     back = both(back, c.back);
   }
   return run({.type = c10d::OpType::ALLTOALL, .name = "all_to_all", .outputs = outputs, .keep = keep,
-              .issue = [srcs, bufs, dts, n, comm = comm_](chorusStream_t s) {
+              .issue = [srcs, bufs, dts, n](chorusComm_t comm, chorusStream_t s) {
                 for (int r = 0; r < n; ++r) {
                   if (chorusResult_t rc = chorusSend(srcs[r].data_ptr(), count(srcs[r]), dts[r], r, comm, s))
                     return rc;
@@ -465,7 +465,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::send(Tensors& tensors, int dstRank
   const chorusDataType_t dt = dataType(t, "tensor");
   at::Tensor src = t.contiguous();
   return run({.type = c10d::OpType::SEND, .name = "send", .outputs = tensors, .keep = {src},
-              .issue = [src, dt, dstRank, tag, comm = comm_](chorusStream_t s) {
+              .issue = [src, dt, dstRank, tag](chorusComm_t comm, chorusStream_t s) {
                 return chorusSendTagged(src.data_ptr(), count(src), dt, dstRank, tag, comm, s);
               }});
 }
@@ -476,7 +476,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::recv(Tensors& tensors, int srcRank
   const chorusDataType_t dt = dataType(t, "tensor");
   Contiguous c = contiguous(t);
   return run({.type = c10d::OpType::RECV, .name = "recv", .outputs = tensors, .keep = {c.buf},
-              .issue = [buf = c.buf, dt, srcRank, tag, comm = comm_](chorusStream_t s) {
+              .issue = [buf = c.buf, dt, srcRank, tag](chorusComm_t comm, chorusStream_t s) {
                 return chorusRecvTagged(buf.data_ptr(), count(buf), dt, srcRank, tag, nullptr, comm, s);
               },
               .after = c.back});
@@ -489,7 +489,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::recvAnysource(Tensors& tensors, in
   auto source = std::make_shared<int>(-1);
   auto work = run({.type = c10d::OpType::RECVANYSOURCE, .name = "recv from any source", .outputs = tensors,
                    .keep = {c.buf},
-                   .issue = [buf = c.buf, dt, tag, source, comm = comm_](chorusStream_t s) {
+                   .issue = [buf = c.buf, dt, tag, source](chorusComm_t comm, chorusStream_t s) {
                      return chorusRecvTagged(buf.data_ptr(), count(buf), dt, CHORUS_ANY_SOURCE, tag, source.get(),
                                              comm, s);
                    },
@@ -500,7 +500,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::recvAnysource(Tensors& tensors, in
 
 c10::intrusive_ptr<c10d::Work> ChorusBackend::barrier(const c10d::BarrierOptions&) {
   return run({.type = c10d::OpType::BARRIER, .name = "barrier", .outputs = {}, .keep = {},
-              .issue = [comm = comm_](chorusStream_t s) { return chorusBarrier(comm, s); }});
+              .issue = [](chorusComm_t comm, chorusStream_t s) { return chorusBarrier(comm, s); }});
 }
 
 }  // namespace chorus::torchpg

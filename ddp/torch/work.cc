@@ -11,9 +11,55 @@
 
 namespace chorus::torchpg {
 
+namespace {
+
+// Releases the GIL for a scope where this thread holds it (a process group destroyed from Python): the threads
+// joined there may need it, to drop the last reference to a tensor that has a Python object.
+class WithoutGil {
+ public:
+  WithoutGil() : state_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
+  ~WithoutGil() {
+    if (state_ != nullptr) PyEval_RestoreThread(state_);
+  }
+  WithoutGil(const WithoutGil&) = delete;
+  WithoutGil& operator=(const WithoutGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
+// Holds the GIL for a scope, where Python runs (the interpreter is not being finalized).
+class WithGil {
+ public:
+  WithGil() : held_(Py_IsInitialized() && !finalizing()) {
+    if (held_) state_ = PyGILState_Ensure();
+  }
+  ~WithGil() {
+    if (held_) PyGILState_Release(state_);
+  }
+  WithGil(const WithGil&) = delete;
+  WithGil& operator=(const WithGil&) = delete;
+
+ private:
+  static bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+  }
+  bool held_;
+  PyGILState_STATE state_{};
+};
+
+// How long a Future that was handed out stays unmarked while its issuing thread makes no further call.
+constexpr std::chrono::milliseconds kAttachWindow{1};
+
+}  // namespace
+
 ChorusWork::ChorusWork(int rank, c10d::OpType type, const char* name, std::shared_ptr<const std::string> where,
                        std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> after,
-                       Completer* completer)
+                       Completer* completer, CallCount calls)
     : Work(rank, type),
       name_(name),
       where_(std::move(where)),
@@ -21,7 +67,8 @@ ChorusWork::ChorusWork(int rank, c10d::OpType type, const char* name, std::share
       keep_(std::move(keep)),
       after_(std::move(after)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
-      completer_(completer) {}
+      completer_(completer),
+      calls_(std::move(calls)) {}
 
 std::string ChorusWork::call() const { return c10::str(name_, " on ", *where_); }
 
@@ -40,8 +87,16 @@ int ChorusWork::sourceRank() const {
 // completer pointer is cleared under futureMu_ at completion, and the completer completes every queued Work
 // before it goes, so getFuture() never reaches a completer that is gone.
 c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
+  if (fromCallback_) {
+    complete(nullptr);  // the callback waits for it next (PowerSGD's), on the callback thread (Note [Callback order])
+    return future_;
+  }
   std::lock_guard<std::mutex> g(futureMu_);
-  if (!handedOut_ && completer_ != nullptr) completer_->hurry();
+  if (!handedOut_) {
+    callsAtHandOut_ = calls_->load();
+    handedOutAt_ = std::chrono::steady_clock::now();
+    if (completer_ != nullptr) completer_->hurry();
+  }
   handedOut_ = true;
   return future_;
 }
@@ -77,6 +132,11 @@ bool ChorusWork::streamDone() {
   return stream_ == nullptr || chorusStreamQuery(stream_->get()) != chorusInProgress;
 }
 
+bool ChorusWork::futureHandedOut() {
+  std::lock_guard<std::mutex> g(futureMu_);
+  return handedOut_;
+}
+
 bool ChorusWork::isCompleted() {
   if (Work::isCompleted()) return true;
   if (!streamDone()) return false;
@@ -84,11 +144,11 @@ bool ChorusWork::isCompleted() {
   return true;
 }
 
-void ChorusWork::complete(CallbackThreads* callbacks) {
+void ChorusWork::complete(CallbackThread* callbacks) {
   std::call_once(once_, [this, callbacks] { completeOnce(callbacks); });
 }
 
-void ChorusWork::completeOnce(CallbackThreads* callbacks) {
+void ChorusWork::completeOnce(CallbackThread* callbacks) {
   std::shared_ptr<SharedStream> stream;
   {
     std::lock_guard<std::mutex> g(streamMu_);
@@ -126,8 +186,15 @@ void ChorusWork::completeOnce(CallbackThreads* callbacks) {
       return;
     }
   }
-  if (callbacks != nullptr) callbacks->post(std::move(mark));
-  else mark();
+  if (callbacks == nullptr) return mark();
+  callbacks->post([mark = std::move(mark), calls = calls_, at = callsAtHandOut_, since = handedOutAt_] {
+    // Not before the thread that took the Future has called again or has had a while to attach its callbacks, and
+    // with the GIL, which that thread holds while it attaches them (Note [Callback order]).
+    while (calls->load() == at && std::chrono::steady_clock::now() - since < kAttachWindow)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    WithGil gil;
+    mark();
+  });
 }
 
 CoalescedWork::CoalescedWork(int rank, std::vector<c10::intrusive_ptr<ChorusWork>> members)
@@ -166,18 +233,39 @@ c10::intrusive_ptr<c10::ivalue::Future> CoalescedWork::getFuture() {
                                         c10::ListType::create(c10::TensorType::get()));
 }
 
-void CallbackThreads::close() {
-  std::vector<std::thread> threads;
+// Note [Callback order]
+// A Future's callbacks may issue collectives: PowerSGD's hook all-reduces its P and Q matrices from callbacks of the
+// bucket's all_reduce, and waits for each inside the callback. Collectives must be called in one order on every
+// rank, yet those callbacks run while the issuing thread (autograd's) goes on calling the next buckets' all_reduce:
+// issued on the group's communicator, the two threads' calls interleaved differently on each rank, and Chorus
+// rightly failed the mismatched calls (torch 2.6, DDP with small buckets; gloo aborts on the same run, its tags
+// mismatched). So the callbacks' collectives form a sequence of their own, the same on every rank:
+//  * callbacks run on one thread per completer, one at a time, in the order the Works were called (the completer
+//    completes in that order, and Completer::push leaves every handed-out Work to the completer's thread);
+//  * a collective called from that thread goes to a second communicator of the group (ChorusBackend::run);
+//  * the Future of such a call completes where it is asked for: the callback waits for it next;
+//  * a callback must never run on the issuing thread instead, which torch does when then() finds the Future
+//    already marked: a handed-out Future is marked only once the thread that took it has called the backend again
+//    (the next bucket's all_reduce), or after kAttachWindow, and only while holding the GIL, which that thread
+//    holds from get_future() to then(). (Waiting for the Future in C++ costs nothing: Work::wait completes there.)
+// A callback that blocks on a Future of a call it did not issue itself waits for callbacks queued behind it: it
+// must chain with then() instead, as every hook of torch does.
+namespace {
+thread_local bool tOnCallbackThread = false;
+}
+
+bool CallbackThread::current() { return tOnCallbackThread; }
+
+void CallbackThread::close() {
   {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
-    threads.swap(threads_);
   }
   cv_.notify_all();
-  for (std::thread& t : threads) t.join();
+  if (thread_.joinable()) thread_.join();
 }
 
-void CallbackThreads::post(std::function<void()> fn) {
+void CallbackThread::post(std::function<void()> fn) {
   std::unique_lock<std::mutex> g(mu_);
   if (stop_) {  // closing: no thread would take it
     g.unlock();
@@ -185,16 +273,15 @@ void CallbackThreads::post(std::function<void()> fn) {
     return;
   }
   queue_.push_back(std::move(fn));
-  if (queue_.size() > idle_) threads_.emplace_back([this] { run(); });
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   else cv_.notify_one();
 }
 
-void CallbackThreads::run() {
+void CallbackThread::run() {
+  tOnCallbackThread = true;
   std::unique_lock<std::mutex> g(mu_);
   for (;;) {
-    ++idle_;
     cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
-    --idle_;
     if (queue_.empty()) return;
     std::function<void()> fn = std::move(queue_.front());
     queue_.pop_front();
@@ -207,24 +294,6 @@ void CallbackThreads::run() {
 
 Completer::Completer() : thread_([this] { run(); }) {}
 
-namespace {
-
-// Releases the GIL for a scope where this thread holds it (a process group destroyed from Python): the threads
-// joined there may need it, to drop the last reference to a tensor that has a Python object.
-class WithoutGil {
- public:
-  WithoutGil() : state_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
-  ~WithoutGil() {
-    if (state_ != nullptr) PyEval_RestoreThread(state_);
-  }
-  WithoutGil(const WithoutGil&) = delete;
-  WithoutGil& operator=(const WithoutGil&) = delete;
-
- private:
-  PyThreadState* state_;
-};
-
-}  // namespace
 
 void Completer::close() {
   WithoutGil nogil;
@@ -245,8 +314,10 @@ void Completer::push(c10::intrusive_ptr<ChorusWork> w) {
     w->complete(nullptr);
     return;
   }
-  // Works whose operations are done leave the queue here, in order (Note [Lazy completion]).
-  while (!queue_.empty() && queue_.front()->streamDone()) {
+  // Works whose operations are done leave the queue here, in order (Note [Lazy completion]), up to the first whose
+  // Future was handed out: the completer's thread completes those, so their callbacks are posted in call order
+  // (Note [Callback order]).
+  while (!queue_.empty() && !queue_.front()->futureHandedOut() && queue_.front()->streamDone()) {
     finished.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }

@@ -1,14 +1,16 @@
 // A torch Work for calls issued on a Chorus stream, and the thread that completes them: it waits for each stream in
 // issue order, copies results back where torch's tensors were not contiguous, and finishes the Work and its Future
 // (DDP waits on getFuture()), with Chorus's error text when the operation failed (DistBackendError on torch 2.x).
-// The Future's callbacks run on threads of their own (CallbackThreads). A Work that is waited for completes on the
-// waiting thread, and the completer is in a hurry only for Works whose Future was handed out (Note [Lazy
-// completion]). The calls of a coalescing region share one stream (Note [Coalescing] in backend.cc): their Works
-// exist from the call, and are issued, with the stream, at the region's end.
+// The Future's callbacks run on a thread of their own, in the order of the calls (Note [Callback order]). A Work
+// that is waited for completes on the waiting thread, and the completer is in a hurry only for Works whose Future
+// was handed out (Note [Lazy completion]). The calls of a coalescing region share one stream (Note [Coalescing] in
+// backend.cc): their Works exist from the call, and are issued, with the stream, at the region's end.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -22,22 +24,22 @@
 
 namespace chorus::torchpg {
 
-// Threads that run Futures' callbacks, one more whenever all are busy: a callback may block on another Work's
-// Future (PowerSGD's hook waits inside its then()), and the completion it waits for must not queue behind it.
-class CallbackThreads {
+// The thread that runs Futures' callbacks, one at a time, in the order they were posted (Note [Callback order]).
+class CallbackThread {
  public:
-  ~CallbackThreads() { close(); }
-  void post(std::function<void()> fn);
-  void close();  // runs what is queued, then ends the threads
+  ~CallbackThread() { close(); }
+  void post(std::function<void()> fn);  // runs fn after everything posted before it
+  void close();                         // runs what is queued, then ends the thread
+  // Whether the calling thread is running a callback of some CallbackThread.
+  static bool current();
 
  private:
   void run();
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
-  size_t idle_ = 0;
   bool stop_ = false;
-  std::vector<std::thread> threads_;
+  std::thread thread_;  // started by the first post
 };
 
 // A Chorus stream that one or more Works complete on, destroyed with the last of them.
@@ -55,6 +57,10 @@ class SharedStream {
 
 class Completer;
 
+// How many calls the issuing threads have made on a backend (those not made from a Future's callback): a Future
+// handed out before the count moved on is not marked yet (Note [Callback order]).
+using CallCount = std::shared_ptr<std::atomic<uint64_t>>;
+
 class ChorusWork final : public c10d::Work {
  public:
   // `name` and `where`: what errors name ("all_reduce", "group 'tp' rank 1 (global 3)"); `outputs`: what result()
@@ -62,7 +68,7 @@ class ChorusWork final : public c10d::Work {
   // succeeded (copies back into non-contiguous outputs).
   ChorusWork(int rank, c10d::OpType type, const char* name, std::shared_ptr<const std::string> where,
              std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> after,
-             Completer* completer);
+             Completer* completer, CallCount calls);
   std::vector<at::Tensor> result() override { return outputs_; }
   // recvAnysource's: the rank the message came from, once the Work completed.
   int sourceRank() const override;
@@ -70,7 +76,10 @@ class ChorusWork final : public c10d::Work {
   // The operation was issued on `stream`; the completer may now take it.
   void issued(std::shared_ptr<SharedStream> stream);
   // Hands the Future out: from then on its callbacks may exist, and the completer completes this Work promptly.
+  // A Work issued from a callback completes first (Note [Callback order]).
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  // Issued from a Future's callback: its own Future is completed where it is asked for.
+  void setFromCallback() { fromCallback_ = true; }
   // The thread that waits runs the completion itself (no hand-off to the completer's thread), once, and the
   // Future's callbacks too. With a timeout, a Work not done by then raises DistBackendError naming the call (the
   // operation goes on: the communicator's own timeout ends it if it never completes).
@@ -81,11 +90,11 @@ class ChorusWork final : public c10d::Work {
   bool streamDone();  // the operation finished (or failed), though the Work may not be completed yet
   // Waits for the stream, then finishes; runs once, on whichever of the completer and a waiter comes first.
   // The Future is marked (running its callbacks) on `callbacks`, or right here when it is null.
-  void complete(CallbackThreads* callbacks);
+  void complete(CallbackThread* callbacks);
   std::string call() const;  // "all_reduce on group 'tp' rank 1 (global 3)"
 
  private:
-  void completeOnce(CallbackThreads* callbacks);
+  void completeOnce(CallbackThread* callbacks);
   std::mutex streamMu_;
   std::shared_ptr<SharedStream> stream_;  // null before it was issued and once completed
   bool issued_ = false;                   // guarded by streamMu_
@@ -97,7 +106,11 @@ class ChorusWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::mutex futureMu_;
   bool handedOut_ = false;  // guarded by futureMu_
+  bool fromCallback_ = false;
   Completer* completer_;
+  CallCount calls_;
+  uint64_t callsAtHandOut_ = 0;                          // guarded by futureMu_
+  std::chrono::steady_clock::time_point handedOutAt_{};  // guarded by futureMu_
   std::once_flag once_;
 };
 
@@ -131,7 +144,7 @@ class Completer {
   std::deque<c10::intrusive_ptr<ChorusWork>> queue_;
   bool hurry_ = false;  // complete what is queued now (the thread sleeps otherwise)
   bool stop_ = false;
-  CallbackThreads callbacks_;  // outlives thread_
+  CallbackThread callbacks_;  // outlives thread_
   std::thread thread_;
 };
 
