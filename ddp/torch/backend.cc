@@ -166,6 +166,10 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::run(Call call) {
   if (coalescing_ && !p2p && !fromCallback) {
     deferred_.push_back({.work = work, .issue = std::move(call.issue), .group = call.group});
     region_.push_back(work);
+    work->setFlush([this] {
+      std::lock_guard<std::mutex> g(mu_);
+      issueDeferred();
+    });
     return work;
   }
   std::shared_ptr<SharedStream> stream = newStream(comm, call.name);
@@ -183,12 +187,34 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::run(Call call) {
 // the call, as any, and then held; the region's end issues them, in call order, as one Chorus group on one stream
 // (what NCCL's coalescing does), and each call's Work completes with that stream. Point-to-point calls are issued at
 // once, as outside a region: they are Chorus's tagged messages, which never deadlock whatever the order and so need
-// no group (Chorus refuses them in one). The region's Work is done when all of its calls are. A Work of a held call
-// cannot be waited for before the region ends (it would wait forever): that raises, naming the call.
+// no group (Chorus refuses them in one). The region's Work is done when all of its calls are. Waiting for a held
+// call's Work inside the region (a blocking call made there) issues what the region holds so far, as one group, and
+// the region goes on.
 void ChorusBackend::startCoalescing() {
   std::lock_guard<std::mutex> g(mu_);
   TORCH_CHECK(!coalescing_, "chorus: startCoalescing on ", *where(), " while a coalescing region is open");
   coalescing_ = true;
+}
+
+void ChorusBackend::issueDeferred() {
+  if (deferred_.empty()) return;
+  std::vector<Deferred> held;
+  held.swap(deferred_);
+  std::shared_ptr<SharedStream> stream = newStream(comm_, "the coalesced calls");
+  std::string text;
+  chorusResult_t rc = chorusGroupStart();
+  for (size_t i = 0; i < held.size() && rc == chorusSuccess; ++i)
+    rc = issueOn(comm_, stream->get(), held[i].issue, held[i].group, &text);
+  const chorusResult_t end = chorusGroupEnd();
+  if (rc == chorusSuccess && end != chorusSuccess) {
+    rc = end;
+    text = chorusGetLastError(nullptr);
+  }
+  if (rc != chorusSuccess) refused(rc, "the coalesced calls", text);
+  for (Deferred& d : held) {
+    d.work->issued(stream);
+    completer_.push(d.work);
+  }
 }
 
 #if CHORUS_TORCH_BACKEND
@@ -202,27 +228,7 @@ void ChorusBackend::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& /
     TORCH_CHECK(coalescing_, "chorus: endCoalescing on ", *where(), " without startCoalescing");
     coalescing_ = false;
     works.swap(region_);
-    std::vector<Deferred> held;
-    held.swap(deferred_);
-    if (!held.empty()) {
-      std::shared_ptr<SharedStream> stream = newStream(comm_, "the coalesced calls");
-      std::string text;
-      chorusGroupStart();
-      chorusResult_t rc = chorusSuccess;
-      size_t failed = 0;
-      for (; failed < held.size() && rc == chorusSuccess; ++failed)
-        rc = issueOn(comm_, stream->get(), held[failed].issue, held[failed].group, &text);
-      const chorusResult_t end = chorusGroupEnd();
-      if (rc == chorusSuccess && end != chorusSuccess) {
-        rc = end;
-        text = chorusGetLastError(nullptr);
-      }
-      if (rc != chorusSuccess) refused(rc, "the coalesced calls", text);
-      for (Deferred& d : held) {
-        d.work->issued(stream);
-        completer_.push(d.work);
-      }
-    }
+    issueDeferred();
   }
 #if CHORUS_TORCH_BACKEND
   return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));

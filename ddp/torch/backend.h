@@ -113,6 +113,7 @@ class ChorusBackend final : public BackendBase {
   // A call that Chorus refused: RuntimeError naming the argument for a bad one, DistBackendError otherwise.
   [[noreturn]] void refused(chorusResult_t rc, const char* call, const std::string& text);
   void checkRank(int64_t r, const char* what) const;
+  void issueDeferred();  // the coalescing region's held calls, as one group (mu_ held)
 
   Identity identity_;
   c10::intrusive_ptr<c10d::Store> store_;

@@ -105,13 +105,19 @@ void ChorusWork::issued(std::shared_ptr<SharedStream> stream) {
   std::lock_guard<std::mutex> g(streamMu_);
   stream_ = std::move(stream);
   issued_ = true;
+  flush_ = nullptr;
 }
 
 bool ChorusWork::wait(std::chrono::milliseconds timeout) {
+  std::function<void()> flush;
   {
     std::lock_guard<std::mutex> g(streamMu_);
-    TORCH_CHECK(issued_, "chorus: ", call(), " was called inside a coalescing region and runs at the region's end: ",
-                "wait for it after the region");
+    if (!issued_) flush = flush_;
+  }
+  if (flush) flush();  // a blocking call inside a coalescing region
+  {
+    std::lock_guard<std::mutex> g(streamMu_);
+    TORCH_CHECK(issued_, "chorus: ", call(), " was never issued");
   }
   if (timeout != kNoTimeout) {
     const auto until = std::chrono::steady_clock::now() + timeout;

@@ -80,6 +80,11 @@ class ChorusWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   // Issued from a Future's callback: its own Future is completed where it is asked for.
   void setFromCallback() { fromCallback_ = true; }
+  // Held in a coalescing region: wait() first issues what the region holds (Note [Coalescing] in backend.cc).
+  void setFlush(std::function<void()> flush) {
+    std::lock_guard<std::mutex> g(streamMu_);
+    flush_ = std::move(flush);
+  }
   // The thread that waits runs the completion itself (no hand-off to the completer's thread), once, and the
   // Future's callbacks too. With a timeout, a Work not done by then raises DistBackendError naming the call (the
   // operation goes on: the communicator's own timeout ends it if it never completes).
@@ -102,6 +107,7 @@ class ChorusWork final : public c10d::Work {
   std::shared_ptr<const std::string> where_;
   std::vector<at::Tensor> outputs_, keep_;
   std::function<void()> after_;
+  std::function<void()> flush_;  // set while held in a coalescing region; guarded by streamMu_
   std::shared_ptr<int> source_;  // written by chorusRecvTagged before the stream completes
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::mutex futureMu_;

@@ -15,6 +15,12 @@ import torch.multiprocessing as mp
 import chorus_torch  # noqa: F401  (registers the backend)
 
 DEATH_DELAY = 0.5  # s after the barrier
+# A failure of the backend: DistBackendError on torch 2.x (a RuntimeError), RuntimeError on 1.13, which has no such class.
+FAILURE = "DistBackendError" if int(torch.__version__.split(".")[0]) >= 2 else "RuntimeError"
+
+
+def described(e):
+    return f"{type(e).__name__}: {e}"
 
 
 def _last_rank_dies_during(work):
@@ -32,7 +38,7 @@ def _last_rank_dies_during(work):
                 work(rank, world)
                 out.put((rank, "no error", time.monotonic() - start))
             except RuntimeError as e:
-                out.put((rank, str(e), time.monotonic() - start))
+                out.put((rank, described(e), time.monotonic() - start))
         except Exception:
             out.put((rank, "setup: " + traceback.format_exc(), -1))
         os._exit(0)  # the communicator is broken; nothing to tear down cleanly
@@ -62,7 +68,7 @@ def _mismatched(rank, world, path, out):
             dist.all_reduce(torch.ones(8 * (rank + 1)))
             out.put((rank, "no error", time.monotonic() - start))
         except RuntimeError as e:
-            out.put((rank, str(e), time.monotonic() - start))
+            out.put((rank, described(e), time.monotonic() - start))
     except Exception:
         out.put((rank, "setup: " + traceback.format_exc(), -1))
     os._exit(0)
@@ -84,7 +90,7 @@ def _late(rank, world, path, out):
             right = torch.equal(t, torch.full_like(t, 2))
             out.put((rank, "no error" if right else "wrong sum", time.monotonic() - start))
         except RuntimeError as e:
-            out.put((rank, str(e), time.monotonic() - start))
+            out.put((rank, described(e), time.monotonic() - start))
     except Exception:
         out.put((rank, "setup: " + traceback.format_exc(), -1))
     os._exit(0)
@@ -114,7 +120,7 @@ def test_a_killed_rank_makes_every_survivor_raise_within_2_s_naming_it():
     world = 3
     got = run(world, _killed, world - 1)
     for rank, (text, seconds) in got.items():
-        assert "rank 2" in text, f"rank {rank}: {text}"
+        assert "rank 2" in text and text.startswith(FAILURE) and "group '" in text, f"rank {rank}: {text}"
         assert seconds < DEATH_DELAY + 2.0, f"rank {rank} raised after {seconds:.2f} s: {text}"
 
 
@@ -130,13 +136,14 @@ def test_mismatched_shapes_raise_naming_both_ranks():
     got = run(2, _mismatched, 2)
     for rank, (text, seconds) in got.items():
         assert "mismatched" in text and "rank 0" in text and "rank 1" in text, f"rank {rank}: {text}"
+        assert text.startswith(FAILURE), f"rank {rank}: {text}"
         assert seconds < 5, f"rank {rank} raised after {seconds:.2f} s"
 
 
 def test_the_groups_timeout_bounds_a_call_a_peer_never_joins():
     got = run(2, _late, 2)
     text, seconds = got[0]
-    assert f"made no progress for {TIMEOUT_S} s" in text, f"rank 0: {text}"
+    assert f"made no progress for {TIMEOUT_S} s" in text and text.startswith(FAILURE), f"rank 0: {text}"
     assert TIMEOUT_S * 0.9 < seconds < TIMEOUT_S + 3, f"rank 0 raised after {seconds:.2f} s: {text}"
     # rank 0 had sent its part before it gave up: rank 1 may complete the call, but never with a wrong result
     assert got[1][0] != "wrong sum", "rank 1 completed the call with a wrong result"
