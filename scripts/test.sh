@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds Chorus (warnings are errors), runs the whole test suite, then the unit tests
-# again under AddressSanitizer+UBSan and the threaded ones under ThreadSanitizer. Ends with "N passed, N failed".
+# Installs what is missing, builds Chorus (warnings are errors), runs the whole test suite, the torch backend's tests
+# against torch 2.6 too (scripts/torch2.sh), then the unit tests again under AddressSanitizer+UBSan and the threaded
+# ones under ThreadSanitizer. Ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh || exit 1
@@ -38,6 +39,12 @@ if meson install -C build --destdir "$stage" >/dev/null; then
   else echo "pkg-config build of test/example.c: FAILED"; pkgconfig_ok=0; status=1; fi
 else echo "meson install failed"; pkgconfig_ok=0; status=1; fi
 rm -rf "$stage"
+
+# torch 2.x: chorus_torch built and tested against Debian 13's torch 2.6 in a trixie root (scripts/torch2.sh: made
+# once, ~1.5-3.5 min, and cached under ~/.cache/chorus).
+torch2_logs=()
+if scripts/torch2.sh root && scripts/torch2.sh run scripts/torch2_test.sh; then torch2_ok=1; else torch2_ok=0; status=1; fi
+[ -f build-trixie/torch2.junit.xml ] && torch2_logs=(build-trixie/torch2.junit.xml)
 
 # Sanitizers: the in-process suites (threads as ranks) plus the kernels.
 build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dmicrobench=disabled -Dtorch=disabled \
@@ -94,7 +101,8 @@ else echo "fuzz build failed"; status=1; fi
 
 noleak=()
 [ ${#noleak_suites[@]} -gt 0 ] && noleak=(build-asan/meson-logs/asan-noleak.junit.xml)
-python3 scripts/test_summary.py "${tsan_skips[@]}" --extra "pkgconfig=$pkgconfig_ok" build/meson-logs/testlog.junit.xml \
+python3 scripts/test_summary.py "${tsan_skips[@]}" --extra "pkgconfig=$pkgconfig_ok" --extra "torch2=$torch2_ok" \
+  "${torch2_logs[@]}" build/meson-logs/testlog.junit.xml \
   build-asan/meson-logs/testlog.junit.xml "${noleak[@]}" build-tsan/meson-logs/testlog.junit.xml \
   "${tsan_logs[@]}" build-fuzz/meson-logs/testlog.junit.xml
 exit $status

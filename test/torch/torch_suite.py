@@ -5,7 +5,7 @@ Run:      BACKEND=chorus WORLD_SIZE=2 [CHORUS_SUITE_TESTS='pattern ...'] [CHORUS
               python3 test/torch/torch_suite.py
 Compare:  python3 test/torch/torch_suite.py --compare gloo.json chorus.json
 
-The patterns are substrings of test names (all tests without any). torch's suite chooses what to run per backend by
+The patterns are test names, or prefixes ending in "*" (all tests without any). torch's suite chooses what to run per backend by
 name: "chorus" is added to the features it has (a plugin, DDP, subgroups); the tests written for gloo or nccl by name
 skip themselves for any other backend, which the comparison lists with their reasons. Every rank is a process that
 torch spawns; they re-import this file, so it defines the test class at import and takes its settings from the
@@ -86,7 +86,7 @@ def run():
     patterns = os.environ.get("CHORUS_SUITE_TESTS", "").split()
     loader = unittest.TestLoader()
     names = [n for n in loader.getTestCaseNames(TestDistBackendWithSpawn)
-             if not patterns or any(p in n for p in patterns)]
+             if not patterns or any(n == p or (p.endswith("*") and n.startswith(p[:-1])) for p in patterns)]
     suite = unittest.TestSuite(TestDistBackendWithSpawn(n) for n in names)
     t0 = time.monotonic()
     result = unittest.TextTestRunner(resultclass=Recorder, verbosity=1, stream=sys.stderr).run(suite)

@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""A tensor-parallel (DTensor) MLP training step over "chorus" against "gloo", side by side in the same processes.
+
+Every rank makes a "chorus" default group and a "gloo" group, a 1-D DeviceMesh over each, and the same MLP
+(--layers pairs of Linear(--width, 4 x --width), ReLU, Linear(4 x --width, --width)) parallelized on each mesh:
+the first Linear of a pair column-wise, the second row-wise (torch's Megatron-style plan, an all_reduce of the
+activations per pair forward and one per pair backward). Rounds alternate which backend goes first; each times
+--steps SGD steps after a warm-up. Prints the median step time per backend and gloo's over chorus's. Needs torch 2.x.
+
+Local processes:  PYTHONPATH=build/ddp/torch python3 bench/torch_tp_step.py [-n 2]
+Simulated hosts:  scripts/netns-cluster -k 2 --rate 1gbit -- env PYTHONPATH=... python3 bench/torch_tp_step.py
+"""
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+import chorus_torch  # noqa: F401
+
+
+def mlp(width, layers):
+    torch.manual_seed(0)
+    mods = []
+    for _ in range(layers):
+        mods += [torch.nn.Linear(width, 4 * width), torch.nn.ReLU(), torch.nn.Linear(4 * width, width)]
+    return torch.nn.Sequential(*mods)
+
+
+def plan(layers):
+    out = {}
+    for i in range(layers):
+        out[str(3 * i)] = ColwiseParallel()
+        out[str(3 * i + 2)] = RowwiseParallel()
+    return out
+
+
+def timed_steps(net, opt, x, y, steps):
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+    step()
+    dist.barrier()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    dist.barrier()
+    return times
+
+
+def rank_main(rank, world, init, args, out):
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("chorus", init_method=init, rank=rank, world_size=world)
+    gloo = dist.new_group(backend="gloo")
+    nets = {}
+    for name, group in (("chorus", dist.group.WORLD), ("gloo", gloo)):
+        mesh = DeviceMesh.from_group(group, "cpu")
+        m = parallelize_module(mlp(args.width, args.layers), mesh, plan(args.layers))
+        nets[name] = (m, torch.optim.SGD(m.parameters(), lr=1e-4))
+    g = torch.Generator().manual_seed(7)  # the same batch on every rank: tensor parallelism splits the model
+    x, y = torch.randn(args.batch, args.width, generator=g), torch.randn(args.batch, args.width, generator=g)
+    results = {name: [] for name in nets}
+    for r in range(args.rounds):
+        for name in list(nets) if r % 2 == 0 else reversed(list(nets)):
+            net, opt = nets[name]
+            results[name] += timed_steps(net, opt, x, y, args.steps)
+    if rank == 0:
+        out.append({k: statistics.median(v) for k, v in results.items()})
+    dist.destroy_process_group()
+
+
+def report(world, args, med):
+    where = os.environ.get("CLUSTER_DIR") and "simulated hosts (netns-cluster)" or "one host"
+    print(f"# tensor-parallel step, {world} processes on {where}, {args.layers} x (Linear({args.width}, "
+          f"{4 * args.width}) + Linear({4 * args.width}, {args.width})), batch {args.batch}, median of {args.rounds} "
+          f"x {args.steps} interleaved steps")
+    print("| backend | step ms |\n|---|---|")
+    for k in ("chorus", "gloo"):
+        print(f"| {k} | {med[k] * 1e3:.1f} |")
+    print(f"gloo step / chorus step: {med['gloo'] / med['chorus']:.2f}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=2, help="local processes (ignored under netns-cluster)")
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
+    args = ap.parse_args()
+    if "CLUSTER_DIR" in os.environ:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+        out = []
+        rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
+                  "file://" + os.path.join(os.environ["CLUSTER_DIR"], "tp-init"), args, out)
+        if out:
+            report(int(os.environ["WORLD_SIZE"]), args, out[0])
+        return
+    os.environ.setdefault("CHORUS_SOCKET_IFNAME", "=lo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    ctx = mp.get_context("fork")
+    with tempfile.TemporaryDirectory() as d, ctx.Manager() as mgr:
+        out = mgr.list()
+        procs = [ctx.Process(target=rank_main, args=(r, args.n, "file://" + os.path.join(d, "init"), args, out))
+                 for r in range(args.n)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        if any(p.exitcode != 0 for p in procs):
+            raise SystemExit("a rank failed")
+        report(args.n, args, out[0])
+
+
+if __name__ == "__main__":
+    main()
