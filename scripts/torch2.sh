@@ -7,10 +7,11 @@
 #   scripts/torch2.sh where           the root's path
 #
 # The root lives in $CHORUS_TORCH2_ROOT (default: ~/.cache/chorus/trixie-torch2); a stamp names the package list it
-# was made with, so a changed list makes it again. Everything mounted for a run (proc, a tmpfs /dev/shm, the sources)
-# lives in a private mount namespace and goes with it on every exit path, a kill included. The environment is
-# cleared at the chroot so that none of the host's PYTHONPATH or LD_LIBRARY_PATH leaks in. USE_LIBUV=0: Debian's
-# torch 2.6 is built without libuv, which TCPStore defaults to since 2.4.
+# was made with, so a changed list makes it again. Everything mounted for a run (proc, the machine's /tmp and
+# /dev/shm, the sources) lives in a private mount namespace and goes with it on every exit path, a kill included.
+# The environment is cleared at the chroot but for a launcher's variables (RANK, ..., CHORUS_*, GLOO_*), so that
+# none of the host's PYTHONPATH or LD_LIBRARY_PATH leaks in. USE_LIBUV=0: Debian's torch 2.6 is built without
+# libuv, which TCPStore defaults to since 2.4.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 root=${CHORUS_TORCH2_ROOT:-$HOME/.cache/chorus/trixie-torch2}
@@ -39,19 +40,30 @@ make_root() {
   echo "torch2.sh: root made in $((SECONDS - t0)) s ($(du -sh "$root" | cut -f1))"
 }
 
+# What a launcher tells a rank (torchrun, scripts/netns-cluster) and the libraries' own settings cross into the root;
+# nothing else of the host's environment does.
+passed_env() {
+  env | grep -E '^((RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|CLUSTER_DIR|HOST_INDEX|HOST_ADDR)|(CHORUS|GLOO|TORCH|UCX)_[A-Z0-9_]*)=' || true
+}
+
 run_in_root() {
   [ -f "$stamp" ] || { echo "torch2.sh: no root at $root (scripts/torch2.sh root)" >&2; exit 1; }
   mkdir -p "$root/src"
+  local vars=()
+  mapfile -t vars < <(passed_env)
+  # /tmp and /dev/shm are the machine's own, so processes in the root and out of it (separate runs of this
+  # script: the ranks of scripts/netns-cluster) share files, stores and shared memory as any processes would.
   # shellcheck disable=SC2016  # expanded by the inner shell
   exec unshare --mount --propagation private -- bash -c '
     set -e
-    root=$1 top=$2; shift 2
+    root=$1 top=$2 nvars=$3; shift 3
+    vars=("${@:1:nvars}"); shift "$nvars"
     mount -t proc proc "$root/proc"
-    mount -t tmpfs -o mode=1777,size=8g tmpfs "$root/dev/shm"
-    mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+    mount --bind /dev/shm "$root/dev/shm"
+    mount --bind /tmp "$root/tmp"
     mount --bind "$top" "$root/src"
     exec chroot "$root" env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 USE_LIBUV=0 \
-      TERM=dumb bash -c "cd /src && $*"' bash "$root" "$top" "$@"
+      TERM=dumb "${vars[@]}" bash -c "cd /src && $*"' bash "$root" "$top" "${#vars[@]}" "${vars[@]}" "$@"
 }
 
 case ${1:-} in
