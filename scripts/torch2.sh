@@ -52,7 +52,8 @@ run_in_root() {
   local vars=()
   mapfile -t vars < <(passed_env)
   # /tmp and /dev/shm are the machine's own, so processes in the root and out of it (separate runs of this
-  # script: the ranks of scripts/netns-cluster) share files, stores and shared memory as any processes would.
+  # script: the ranks of scripts/netns-cluster) share files, stores and shared memory as any processes would; so
+  # are /etc/hosts and /etc/resolv.conf, so that the machine's own name resolves (torchrun's MASTER_ADDR).
   # shellcheck disable=SC2016  # expanded by the inner shell
   exec unshare --mount --propagation private -- bash -c '
     set -e
@@ -61,6 +62,7 @@ run_in_root() {
     mount -t proc proc "$root/proc"
     mount --bind /dev/shm "$root/dev/shm"
     mount --bind /tmp "$root/tmp"
+    for f in /etc/hosts /etc/resolv.conf; do [ -f "$f" ] && touch "$root$f" && mount --bind "$f" "$root$f"; done
     mount --bind "$top" "$root/src"
     exec chroot "$root" env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 USE_LIBUV=0 \
       TERM=dumb "${vars[@]}" bash -c "cd /src && $*"' bash "$root" "$top" "${#vars[@]}" "${vars[@]}" "$@"
