@@ -13,6 +13,9 @@ namespace chorus::algo {
 void ringAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a);
 void ringReduceScatter(Context& ctx, const OpTag& tag, const CollArgs& a);
 void ringAllGather(Context& ctx, const OpTag& tag, const CollArgs& a);
+// The same rings over a count per rank (a.layout), rank p's block at the sum of the counts before it.
+void ringReduceScatterV(Context& ctx, const OpTag& tag, const CollArgs& a);
+void ringAllGatherV(Context& ctx, const OpTag& tag, const CollArgs& a);
 // algorithms/tree.cc: double binary tree (Note [Double binary tree] there).
 void treeAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a);
 // algorithms/recursive_doubling.cc: latency-optimal allreduce for small messages.
@@ -26,6 +29,8 @@ void chainReduce(Context& ctx, const OpTag& tag, const CollArgs& a);
 void directAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a);
 void directAllToAll(Context& ctx, const OpTag& tag, const CollArgs& a);
 void directAllToAllv(Context& ctx, const OpTag& tag, const CollArgs& a);
+void directGather(Context& ctx, const OpTag& tag, const CollArgs& a);
+void directScatter(Context& ctx, const OpTag& tag, const CollArgs& a);
 void disseminationBarrier(Context& ctx, const OpTag& tag);
 // Posts a Send or Recv without waiting (used by groups, whose members complete together).
 void postPointToPoint(Context& ctx, const OpTag& tag, const CollArgs& a, Request* req);

@@ -1,5 +1,5 @@
-// Operations where every rank talks to its peers directly: AllReduce of tiny messages, AllToAll(v), Send/Recv
-// and the barrier.
+// Operations where every rank talks to its peers directly: AllReduce of tiny messages, AllToAll(v), Gather and
+// Scatter (the root and each other rank), Send/Recv and the barrier.
 #include <algorithm>
 #include <vector>
 
@@ -10,6 +10,11 @@
 namespace chorus::algo {
 
 namespace {
+
+void waitAll(Context& ctx, const OpTag& tag, const std::vector<Request>& reqs) {
+  ctx.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
+                tag);
+}
 
 // Sends sendBytes(to) bytes at sendAt(to) to every other rank and receives recvBytes(from) bytes from each into
 // recvAt(from), all at once, then waits. Staggered peer order: at round i every rank sends to rank+i, so no single
@@ -24,8 +29,32 @@ void exchangeWithEveryPeer(Context& ctx, const OpTag& tag, SendBytes sendBytes, 
     ctx.irecv(from, recvAt(from), recvBytes(from), tag, &reqs[2 * (i - 1)]);
     ctx.isend(to, sendAt(to), sendBytes(to), tag, &reqs[2 * (i - 1) + 1]);
   }
-  ctx.waitUntil([&] { return std::all_of(reqs.begin(), reqs.end(), [](const Request& q) { return q.done; }); },
-                 tag);
+  waitAll(ctx, tag, reqs);
+}
+
+// The root posts one message per other rank at once (block p of its buffer with rank p, staggered from root+1 as
+// exchangeWithEveryPeer staggers), then does its own block; every other rank posts its one message to the root.
+// toRoot: the other ranks send (Gather), else they receive (Scatter).
+void rootWithEveryPeer(Context& ctx, const OpTag& tag, const CollArgs& a, bool toRoot) {
+  const int n = ctx.nranks(), r = ctx.rank();
+  const size_t block = a.count * kernels::dataTypeSize(a.dtype);
+  if (r != a.root) {
+    Request q;
+    if (toRoot) ctx.isend(a.root, a.sendbuff, block, tag, &q);
+    else ctx.irecv(a.root, a.recvbuff, block, tag, &q);
+    return ctx.wait(q, tag);
+  }
+  std::vector<Request> reqs(static_cast<size_t>(n - 1));
+  for (int i = 1; i < n; ++i) {
+    const int p = mod(r + i, n);
+    const size_t at = static_cast<size_t>(p) * block;
+    if (toRoot) ctx.irecv(p, static_cast<uint8_t*>(a.recvbuff) + at, block, tag, &reqs[i - 1]);
+    else ctx.isend(p, static_cast<const uint8_t*>(a.sendbuff) + at, block, tag, &reqs[i - 1]);
+  }
+  const size_t mine = static_cast<size_t>(r) * block;
+  if (toRoot) a.space.copy(static_cast<uint8_t*>(a.recvbuff) + mine, a.sendbuff, block);
+  else a.space.copy(a.recvbuff, static_cast<const uint8_t*>(a.sendbuff) + mine, block);
+  waitAll(ctx, tag, reqs);
 }
 
 }  // namespace
@@ -79,6 +108,10 @@ void directAllReduce(Context& ctx, const OpTag& tag, const CollArgs& a) {
   a.space.reduceN(out, srcs, n, a.count, a.dtype, a.op);
   if (a.op == chorusAvg) a.space.scaleDivide(out, a.count, a.dtype, n);
 }
+
+void directGather(Context& ctx, const OpTag& tag, const CollArgs& a) { rootWithEveryPeer(ctx, tag, a, true); }
+
+void directScatter(Context& ctx, const OpTag& tag, const CollArgs& a) { rootWithEveryPeer(ctx, tag, a, false); }
 
 void disseminationBarrier(Context& ctx, const OpTag& tag) {
   const int n = ctx.nranks(), r = ctx.rank();

@@ -218,4 +218,55 @@ void ringAllGather(Context& ctx, const OpTag& tag, const CollArgs& a) {
   runRing(ctx, tag, job);
 }
 
+// AllGatherV and ReduceScatterV: segment s is rank s's block, a.layout[s] elements (maybe none) at blockAt[s],
+// so the ring runs unchanged over uneven segments; every segment still takes the same number of chunks.
+namespace {
+std::vector<size_t> blockOffsets(const std::vector<size_t>& counts) {
+  std::vector<size_t> at(counts.size());
+  for (size_t s = 1; s < counts.size(); ++s) at[s] = at[s - 1] + counts[s - 1];
+  return at;
+}
+}  // namespace
+
+void ringReduceScatterV(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks(), r = ctx.rank();
+  const size_t es = kernels::dataTypeSize(a.dtype);
+  const std::vector<size_t> blockAt = blockOffsets(a.layout);
+  auto in = static_cast<const uint8_t*>(a.sendbuff);
+  auto out = static_cast<uint8_t*>(a.recvbuff);
+  if (n == 1) return a.space.copy(out, in, a.layout[0] * es);
+  uint8_t* partials = ctx.scratch(a.space, a.count * es, 1);  // as ringReduceScatter's, a.count in all
+  runRing(ctx, tag,
+          RingJob{.steps = n - 1,
+                  .reduceSteps = n - 1,
+                  .shift = -1,  // the final reduction lands on segment r
+                  .elemSize = es,
+                  .dtype = a.dtype,
+                  .op = a.op,
+                  .space = a.space,
+                  .segLen = [&](int s) { return a.layout[static_cast<size_t>(s)]; },
+                  .input = [&](int s) { return in + blockAt[static_cast<size_t>(s)] * es; },
+                  .partial = [&](int s) { return partials + blockAt[static_cast<size_t>(s)] * es; },
+                  .output = [&](int s) { return s == r ? out : nullptr; }});
+}
+
+void ringAllGatherV(Context& ctx, const OpTag& tag, const CollArgs& a) {
+  const int n = ctx.nranks(), r = ctx.rank();
+  const size_t es = kernels::dataTypeSize(a.dtype);
+  const std::vector<size_t> blockAt = blockOffsets(a.layout);
+  auto out = static_cast<uint8_t*>(a.recvbuff);
+  auto block = [&](int s) { return out + blockAt[static_cast<size_t>(s)] * es; };
+  a.space.copy(block(r), a.sendbuff, a.layout[static_cast<size_t>(r)] * es);
+  if (n == 1) return;
+  runRing(ctx, tag,
+          RingJob{.steps = n - 1,
+                  .elemSize = es,
+                  .dtype = a.dtype,
+                  .space = a.space,
+                  .segLen = [&](int s) { return a.layout[static_cast<size_t>(s)]; },
+                  .input = block,
+                  .partial = block,
+                  .output = block});
+}
+
 }  // namespace chorus::algo

@@ -56,3 +56,4 @@ inline ::testing::AssertionResult Refused(chorusResult_t got, chorusResult_t wan
 #define EXPECT_REFUSED(call, code, comm, ...) \
   EXPECT_TRUE(::chorus::test::Refused((call), (code), (comm), {__VA_ARGS__})) << #call
 #define EXPECT_OK(call) EXPECT_EQ((call), chorusSuccess) << #call << ": " << chorusGetLastError(nullptr)
+#define ASSERT_OK(call) ASSERT_EQ((call), chorusSuccess) << #call << ": " << chorusGetLastError(nullptr)

@@ -2,6 +2,7 @@
 // (ISAs) this machine can run, each forced in turn.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "lib/kernels/reduce.h"
@@ -10,7 +11,17 @@ namespace chorus::test {
 
 inline const chorusDataType_t kTypes[] = {chorusInt8,    chorusUint8,   chorusInt32,   chorusUint32, chorusInt64,
                                           chorusUint64,  chorusFloat16, chorusFloat32, chorusFloat64, chorusBfloat16};
-inline const chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
+inline const chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg,
+                                     chorusBand, chorusBor, chorusBxor};
+
+// Every (datatype, op) the kernels compute (kernels::opApplies: the bitwise ops on integers only).
+inline std::vector<std::pair<chorusDataType_t, chorusRedOp_t>> typeOpPairs() {
+  std::vector<std::pair<chorusDataType_t, chorusRedOp_t>> v;
+  for (chorusDataType_t dt : kTypes)
+    for (chorusRedOp_t op : kOps)
+      if (kernels::opApplies(op, dt)) v.emplace_back(dt, op);
+  return v;
+}
 
 inline std::vector<const char*> availableIsas() {
   std::vector<const char*> v;

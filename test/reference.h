@@ -1,6 +1,13 @@
 // The slow, independent reference for test_collectives.cc: datatypes and ops written out here (not taken from
 // the library), float16/bfloat16 conversions, deterministic inputs per (seed, rank, index) and the expected
 // result of a reduction, computed element by element in int64/uint64/double.
+//
+// PreMulSum: kPreMulSum stands for "an op of chorusRedOpCreatePreMulSum made by each rank with its own
+// preMulScalarRaw" (a test makes it on its communicator for the call). The scalars are powers of two for the
+// floating-point types ({2, 0.5, -1, 1, -2, -0.5} by rank), so with the sum's inputs (multiples of 0.25 in [-2, 2])
+// every product is a multiple of 1/8 within [-4, 4] and every partial sum of <= 8 of them an integer multiple of 1/8
+// of at most 256 eighths: exact in bfloat16 (8 significant bits) and wider. Integers use {3, -1, 2, 5, -7, 1} on
+// full-range inputs: products and sums wrap, exactly as two's complement.
 #pragma once
 
 #include <cmath>
@@ -21,6 +28,8 @@ namespace chorus::test {
 inline const chorusDataType_t kAllTypes[] = {chorusInt8,    chorusUint8,   chorusInt32,   chorusUint32, chorusInt64,
                                       chorusUint64,  chorusFloat16, chorusFloat32, chorusFloat64, chorusBfloat16};
 inline const chorusRedOp_t kAllOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
+inline const chorusRedOp_t kBitwiseOps[] = {chorusBand, chorusBor, chorusBxor};  // integer datatypes only
+inline constexpr auto kPreMulSum = static_cast<chorusRedOp_t>(chorusNumOps);  // see the top comment
 
 inline size_t typeSize(chorusDataType_t dt) {
   switch (dt) {
@@ -55,8 +64,11 @@ inline const char* opName(chorusRedOp_t op) {
     case chorusMax: return "max";
     case chorusMin: return "min";
     case chorusAvg: return "avg";
+    case chorusBand: return "band";
+    case chorusBor: return "bor";
+    case chorusBxor: return "bxor";
+    default: return op == kPreMulSum ? "premulsum" : "?";
   }
-  return "?";
 }
 
 inline bool isFloat(chorusDataType_t dt) {
@@ -190,6 +202,22 @@ inline std::string showRaw(chorusDataType_t dt, uint64_t raw) {
   return buf;
 }
 
+// The ops a matrix runs for dt: the arithmetic ones, the bitwise ones on integers, and PreMulSum.
+inline std::vector<chorusRedOp_t> opsFor(chorusDataType_t dt) {
+  std::vector<chorusRedOp_t> v(std::begin(kAllOps), std::end(kAllOps));
+  if (!isFloat(dt)) v.insert(v.end(), std::begin(kBitwiseOps), std::end(kBitwiseOps));
+  v.push_back(kPreMulSum);
+  return v;
+}
+
+// Rank q's PreMulSum scalar (the top comment), raw.
+inline uint64_t preMulScalarRaw(chorusDataType_t dt, int q) {
+  static const double kFloat[] = {2.0, 0.5, -1.0, 1.0, -2.0, -0.5};
+  static const int64_t kInt[] = {3, -1, 2, 5, -7, 1};
+  const size_t i = static_cast<size_t>(q) % 6;
+  return isFloat(dt) ? doubleToRaw(dt, kFloat[i]) : truncRaw(dt, static_cast<uint64_t>(kInt[i]));
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // Deterministic inputs from (seed, rank, index).
 
@@ -246,15 +274,20 @@ struct Want {
 template <class Get>
 inline Want referenceReduce(chorusDataType_t dt, chorusRedOp_t op, int n, Get get) {
   Want w;
+  const bool preMul = op == kPreMulSum;
   if (isFloat(dt)) {
-    double acc = rawToDouble(dt, get(0));
+    auto term = [&](int q) {
+      const double v = rawToDouble(dt, get(q));
+      return preMul ? v * rawToDouble(dt, preMulScalarRaw(dt, q)) : v;
+    };
+    double acc = term(0);
     for (int q = 1; q < n; ++q) {
-      double v = rawToDouble(dt, get(q));
+      double v = term(q);
       switch (op) {
-        case chorusSum: case chorusAvg: acc += v; break;
         case chorusProd: acc *= v; break;
         case chorusMax: acc = v > acc ? v : acc; break;
         case chorusMin: acc = v < acc ? v : acc; break;
+        default: acc += v; break;  // sum, avg, premulsum
       }
     }
     if (op == chorusAvg) {
@@ -269,18 +302,23 @@ inline Want referenceReduce(chorusDataType_t dt, chorusRedOp_t op, int n, Get ge
   }
   const bool sgn = isSigned(dt);
   auto asU = [&](uint64_t raw) { return sgn ? static_cast<uint64_t>(signExtend(dt, raw)) : raw; };
-  uint64_t acc = asU(get(0));
+  auto term = [&](int q) { return preMul ? asU(get(q)) * asU(preMulScalarRaw(dt, q)) : asU(get(q)); };
+  uint64_t acc = term(0);
   for (int q = 1; q < n; ++q) {
-    uint64_t v = asU(get(q));
+    uint64_t v = term(q);
     switch (op) {
       case chorusSum: case chorusAvg: acc += v; break;  // wraps mod 2^64, hence mod 2^bits
       case chorusProd: acc *= v; break;
+      case chorusBand: acc &= v; break;
+      case chorusBor: acc |= v; break;
+      case chorusBxor: acc ^= v; break;
       case chorusMax:
         if (sgn ? static_cast<int64_t>(v) > static_cast<int64_t>(acc) : v > acc) acc = v;
         break;
       case chorusMin:
         if (sgn ? static_cast<int64_t>(v) < static_cast<int64_t>(acc) : v < acc) acc = v;
         break;
+      default: acc += v; break;  // premulsum
     }
   }
   if (op == chorusAvg) {  // the inputs keep the sum in range, so no wrap happened: C division truncates

@@ -1,13 +1,15 @@
 // The collective matrix over a device's memory (test_memory_spaces over the fake device, test_cuda over a GPU):
 // every collective, datatype, op, count and placement, run once over host memory and once over the device's
-// memory with the same inputs; the device's output must equal the host's bit for bit (test_collectives checks
-// the host's against its reference), and an out-of-place input must stay unchanged.
+// memory with the same inputs; the device's output must equal the host's bit for bit (test_collectives and
+// test_gather_scatter check the host's against their reference), and an out-of-place input must stay unchanged.
+// The bitwise ops and PreMulSum (made by each rank for the pair of calls) run at the two smallest counts.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "test/collective_harness.h"
 #include "test/ranks.h"
 #include "test/reference.h"
 
@@ -51,10 +54,27 @@ class DeviceBuf {
   uint8_t* p_;
 };
 
-enum class Coll { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, AllToAll, SendRecv };
+enum class Coll {
+  AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, AllToAll, SendRecv, Gather, Scatter, AllGatherV,
+  ReduceScatterV
+};
 inline const char* collName(Coll c) {
-  const char* names[] = {"AllReduce", "ReduceScatter", "AllGather", "Broadcast", "Reduce", "AllToAll", "SendRecv"};
+  const char* names[] = {"AllReduce", "ReduceScatter", "AllGather",  "Broadcast", "Reduce",        "AllToAll",
+                         "SendRecv",  "Gather",        "Scatter",    "AllGatherV", "ReduceScatterV"};
   return names[static_cast<int>(c)];
+}
+
+// The V kinds' counts for a call of `count` on n ranks: rank p's count + p, but none for rank 1.
+inline std::vector<size_t> countsOf(size_t count, int n) {
+  std::vector<size_t> v;
+  for (int p = 0; p < n; ++p) v.push_back(p == 1 ? 0 : count + static_cast<size_t>(p));
+  return v;
+}
+// Where rank p's block starts (p == n: the blocks' total).
+inline size_t blockAt(size_t count, int p) {
+  size_t at = 0;
+  for (size_t c : countsOf(count, p)) at += c;
+  return at;
 }
 
 // One call: how big its buffers are, where in place puts the input, and the call itself.
@@ -64,12 +84,17 @@ struct Shape {
 };
 inline Shape shapeOf(Coll c, size_t count, size_t es, int n, int r) {
   const size_t b = count * es, all = b * static_cast<size_t>(n);
+  const size_t mine = countsOf(count, n)[static_cast<size_t>(r)] * es, every = blockAt(count, n) * es;
   switch (c) {
     case Coll::AllReduce: case Coll::Broadcast: case Coll::Reduce: return {b, b, 0, true};
     case Coll::ReduceScatter: return {all, b, 0, false};
     case Coll::AllGather: return {b, all, b * static_cast<size_t>(r), true};
     case Coll::AllToAll: return {all, all, 0, false};
     case Coll::SendRecv: return {b, b, 0, false};
+    case Coll::Gather: return {b, all, 0, false};  // in place: test_gather_scatter's (a root's layout only)
+    case Coll::Scatter: return {all, b, 0, false};
+    case Coll::AllGatherV: return {mine, every, blockAt(count, r) * es, true};
+    case Coll::ReduceScatterV: return {every, mine, 0, false};
   }
   return {};
 }
@@ -90,11 +115,21 @@ inline chorusResult_t call(Coll c, const void* send, void* recv, size_t count, c
       chorusResult_t e = chorusGroupEnd();
       return a != chorusSuccess ? a : b != chorusSuccess ? b : e;
     }
+    case Coll::Gather: return chorusGather(send, recv, count, dt, root, comm, nullptr);
+    case Coll::Scatter: return chorusScatter(send, recv, count, dt, root, comm, nullptr);
+    case Coll::AllGatherV: return chorusAllGatherV(send, recv, countsOf(count, n).data(), dt, comm, nullptr);
+    case Coll::ReduceScatterV:
+      return chorusReduceScatterV(send, recv, countsOf(count, n).data(), dt, op, comm, nullptr);
   }
   return chorusInternalError;
 }
 
-inline bool reduces(Coll c) { return c == Coll::AllReduce || c == Coll::ReduceScatter || c == Coll::Reduce; }
+inline bool reduces(Coll c) {
+  return c == Coll::AllReduce || c == Coll::ReduceScatter || c == Coll::Reduce || c == Coll::ReduceScatterV;
+}
+inline bool rooted(Coll c) {
+  return c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Gather || c == Coll::Scatter;
+}
 
 // Runs `c` once over host memory and once over device memory with the same inputs, and reports unless the
 // device's output equals the host's bit for bit (and, out of place, the device's input is unchanged).
@@ -111,7 +146,8 @@ inline void compareOne(TestMemory& memory, Coll c, chorusDataType_t dt, chorusRe
   std::vector<uint8_t> hostRecv = fill;
   if (inPlace) std::memcpy(hostRecv.data() + s.inPlaceAt, input.data(), s.sendBytes);
   const void* hostSend = inPlace ? static_cast<const void*>(hostRecv.data() + s.inPlaceAt) : input.data();
-  check(call(c, hostSend, hostRecv.data(), count, dt, op, root, r, n, comm), comm, "host call");
+  CallOp madeOp(op, dt, r, comm);  // kPreMulSum: one made op for both calls
+  check(call(c, hostSend, hostRecv.data(), count, dt, madeOp.get(), root, r, n, comm), comm, "host call");
   // The device's memory.
   DeviceBuf devSend(memory, s.sendBytes), devRecv(memory, s.recvBytes);
   devSend.upload(input);
@@ -119,7 +155,8 @@ inline void compareOne(TestMemory& memory, Coll c, chorusDataType_t dt, chorusRe
   if (inPlace) std::memcpy(devFill.data() + s.inPlaceAt, input.data(), s.sendBytes);
   devRecv.upload(devFill);
   const void* devSendPtr = inPlace ? static_cast<const void*>(devRecv.data() + s.inPlaceAt) : devSend.data();
-  check(call(c, devSendPtr, devRecv.data(), count, dt, op, root, r, n, comm), comm, "device call");
+  check(call(c, devSendPtr, devRecv.data(), count, dt, madeOp.get(), root, r, n, comm), comm, "device call");
+  madeOp.destroy();
   const std::vector<uint8_t> got = devRecv.download();
   const std::string what = std::string(collName(c)) + " n=" + std::to_string(n) + " rank " + std::to_string(r) + " " +
                            typeName(dt) + " " + opName(op) + " count " + std::to_string(count) +
@@ -156,14 +193,16 @@ inline std::vector<size_t> matrixCounts() {
 // One rank's part of the matrix of `colls` (rank r of n on comm), its mismatches reported into `report`.
 inline void rankMatrix(TestMemory& memory, int r, int n, chorusComm_t comm, const std::vector<Coll>& colls,
                        Report* report) {
+  const std::vector<size_t> counts = matrixCounts();
   for (Coll c : colls)
     for (chorusDataType_t dt : matrixTypes())
-      for (chorusRedOp_t op : kAllOps) {
-        if (!reduces(c) && op != chorusSum) continue;
-        for (size_t count : matrixCounts())
+      for (chorusRedOp_t op : reduces(c) ? opsFor(dt) : std::vector<chorusRedOp_t>{chorusSum}) {
+        const bool arithmetic = std::find(std::begin(kAllOps), std::end(kAllOps), op) != std::end(kAllOps);
+        for (size_t count : counts)
           for (bool inPlace : {false, true}) {
+            if (!arithmetic && count != counts[0] && count != counts[1]) continue;
             if (inPlace && !shapeOf(c, count, 1, n, r).canBeInPlace) continue;
-            const int root = (c == Coll::Broadcast || c == Coll::Reduce) ? static_cast<int>(count % n) : -1;
+            const int root = rooted(c) ? static_cast<int>(count % n) : -1;
             compareOne(memory, c, dt, op, count, inPlace, root, r, n, comm, report);
           }
       }
@@ -189,5 +228,7 @@ inline void runMatrix(TestMemory& memory, int n, const char* algo, const std::ve
 
 inline const std::vector<Coll> kAllButAllReduce = {Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast,
                                                     Coll::Reduce,        Coll::AllToAll,  Coll::SendRecv};
+inline const std::vector<Coll> kGatherScatterV = {Coll::Gather, Coll::Scatter, Coll::AllGatherV,
+                                                  Coll::ReduceScatterV};
 
 }  // namespace chorus::test

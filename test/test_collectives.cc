@@ -1,6 +1,10 @@
 // The full correctness matrix: every collective x datatype x reduction op x count x nranks, in place and out of
 // place, blocking (stream NULL), on a stream (one synchronize per call) and queued back-to-back on two streams
-// (one synchronize per batch), with the root varied for Broadcast/Reduce.
+// (one synchronize per batch), with the root varied for Broadcast/Reduce. The ops are the arithmetic ones, the
+// bitwise ones on integer datatypes and PreMulSum (an op each rank makes for the call with a scalar of its own and
+// destroys as soon as the call is issued); the bitwise ops and PreMulSum run each case in one mode, rotating, so
+// that each still meets every mode. Gather, Scatter, AllGatherV and ReduceScatterV are test_gather_scatter.cc's,
+// on the same harness (test/collective_harness.h).
 //
 // Layout: one parametrised test per (collective, nranks) builds one communicator per rank and runs a list of
 // cases through it (communicator creation is the expensive part). Each case fills its buffers from
@@ -16,10 +20,11 @@
 // Inputs are chosen so that the arithmetic is exact in every type, so results are compared exactly, except Avg
 // of floating types (rounding of sum / nranks), compared with a relative tolerance: 1e-2 for float16 and
 // bfloat16, 1e-6 for float32, 1e-12 for float64 (|actual - expected| <= tol * |expected|).
-//   integers, sum/max/min: the full bit range (wraparound, sign and high bits exercised);
+//   integers, sum/max/min/band/bor/bxor/premulsum: the full bit range (wraparound, sign and high bits exercised);
 //   integers, prod: {-2,-1,1,2,3} (signed) or {1,2,3} (unsigned); int8/uint8 products wrap (defined behaviour);
 //   integers, avg: [-15, 15] (signed) or [0, 31] (unsigned), so the sum of 8 never wraps even in 8 bits;
-//   floats, sum/avg: multiples of 0.25 in [-2, 2] (every partial sum of <= 8 is exact in bfloat16);
+//   floats, sum/avg/premulsum: multiples of 0.25 in [-2, 2] (every partial sum of <= 8 is exact in bfloat16;
+//     PreMulSum's scalars keep it exact: test/reference.h);
 //   floats, prod: {+-0.5, +-1, +-2} (products are powers of two within float16/bfloat16 range);
 //   floats, max/min: multiples of 0.25 in [-16, 16];
 //   data-movement collectives: arbitrary bit patterns (NaNs included), compared bit for bit.
@@ -42,58 +47,16 @@
 #include <tuple>
 #include <vector>
 
-#include "test/ranks.h"
-#include "test/reference.h"
+#include "test/collective_harness.h"
 
 namespace {
 
-using namespace chorus::test;  // reference.h
-using chorus::test::check;
-using chorus::test::runRanks;
-
-// ------------------------------------------------------------------------------------------------------------
-// Buffers with guard bytes and a known fill pattern.
-
-constexpr size_t kGuard = 64;
-
-uint8_t patternByte(size_t p) { return static_cast<uint8_t>(((p * 167u) + 0x5bu) ^ (p >> 9)); }
-
-class Buf {
- public:
-  Buf(size_t bytes, size_t misalign) : pre_(kGuard + misalign), bytes_(bytes), mem_(pre_ + bytes + kGuard) {
-    for (size_t p = 0; p < mem_.size(); ++p) mem_[p] = patternByte(p);
-  }
-  uint8_t* data() { return mem_.data() + pre_; }
-  const uint8_t* data() const { return mem_.data() + pre_; }
-  size_t bytes() const { return bytes_; }
-  // First byte in data()[from, to) (offsets relative to data(), may be negative) not holding the pattern.
-  bool patternIntact(long from, long to, long* bad) const {
-    for (long o = from; o < to; ++o) {
-      size_t p = static_cast<size_t>(static_cast<long>(pre_) + o);
-      if (mem_[p] != patternByte(p)) {
-        *bad = o;
-        return false;
-      }
-    }
-    return true;
-  }
-  bool guardsIntact(long* bad) const {
-    return patternIntact(-static_cast<long>(pre_), 0, bad) &&
-           patternIntact(static_cast<long>(bytes_), static_cast<long>(bytes_ + kGuard), bad);
-  }
-  uint8_t patternAt(long o) const { return patternByte(static_cast<size_t>(static_cast<long>(pre_) + o)); }
-
- private:
-  size_t pre_, bytes_;
-  std::vector<uint8_t> mem_;
-};
+using namespace chorus::test;  // collective_harness.h, reference.h
 
 // ------------------------------------------------------------------------------------------------------------
 // Cases.
 
 enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, SendRecvRing, SendRecvPairs, Barrier };
-enum class Mode { Blocking, Stream, Queued };
-
 const char* collName(Coll c) {
   switch (c) {
     case Coll::AllReduce: return "AllReduce";
@@ -105,14 +68,6 @@ const char* collName(Coll c) {
     case Coll::SendRecvRing: return "SendRecvRing";
     case Coll::SendRecvPairs: return "SendRecvPairs";
     case Coll::Barrier: return "Barrier";
-  }
-  return "?";
-}
-const char* modeName(Mode m) {
-  switch (m) {
-    case Mode::Blocking: return "blocking";
-    case Mode::Stream: return "stream";
-    case Mode::Queued: return "queued";
   }
   return "?";
 }
@@ -252,11 +207,18 @@ class Running {
     const chorusDataType_t dt = c_.dt;
     chorusResult_t rc = chorusSuccess;
     switch (c_.coll) {
-      case Coll::AllReduce: rc = chorusAllReduce(sendPtr_, recvPtr_, cnt, dt, c_.op, comm, stream); break;
+      case Coll::AllReduce:
+      case Coll::Reduce:
+      case Coll::ReduceScatter: {
+        CallOp op(c_.op, dt, r_, comm);
+        if (c_.coll == Coll::AllReduce) rc = chorusAllReduce(sendPtr_, recvPtr_, cnt, dt, op.get(), comm, stream);
+        else if (c_.coll == Coll::Reduce) rc = chorusReduce(sendPtr_, recvPtr_, cnt, dt, op.get(), c_.root, comm, stream);
+        else rc = chorusReduceScatter(sendPtr_, recvPtr_, cnt, dt, op.get(), comm, stream);
+        if (rc == chorusSuccess) op.destroy();  // a call issued keeps its scalar: this changes nothing
+        break;
+      }
       case Coll::Broadcast: rc = chorusBroadcast(sendPtr_, recvPtr_, cnt, dt, c_.root, comm, stream); break;
-      case Coll::Reduce: rc = chorusReduce(sendPtr_, recvPtr_, cnt, dt, c_.op, c_.root, comm, stream); break;
       case Coll::AllGather: rc = chorusAllGather(sendPtr_, recvPtr_, cnt, dt, comm, stream); break;
-      case Coll::ReduceScatter: rc = chorusReduceScatter(sendPtr_, recvPtr_, cnt, dt, c_.op, comm, stream); break;
       case Coll::AllToAll: rc = chorusAllToAll(sendPtr_, recvPtr_, cnt, dt, comm, stream); break;
       case Coll::SendRecvRing:
       case Coll::SendRecvPairs: {
@@ -344,11 +306,8 @@ class Running {
         break;
       case Coll::Barrier: break;
     }
-    long bad = 0;
-    if (send_ && !send_->guardsIntact(&bad))
-      rep.add(describe(c_, n_, r_) + ": guard byte around sendbuff modified at offset " + std::to_string(bad));
-    if (recv_ && !recv_->guardsIntact(&bad))
-      rep.add(describe(c_, n_, r_) + ": guard byte around recvbuff modified at offset " + std::to_string(bad));
+    expectGuards(rep, describe(c_, n_, r_), "sendbuff", send_.get());
+    expectGuards(rep, describe(c_, n_, r_), "recvbuff", recv_.get());
   }
 
  private:
@@ -372,32 +331,10 @@ class Running {
   // Elements [begin, end) of the buffer at base against want(j); reports the first mismatch only.
   template <class W>
   void expect(Report& rep, const char* what, const uint8_t* base, size_t begin, size_t end, W want) const {
-    for (size_t j = begin; j < end; ++j) {
-      const uint64_t got = readRaw(base + j * es_, es_);
-      const Want w = want(j);
-      bool ok;
-      switch (w.cmp) {
-        case Cmp::Bytes: ok = got == w.raw; break;
-        case Cmp::Exact: ok = rawToDouble(c_.dt, got) == w.val; break;
-        case Cmp::Approx:
-        default: ok = std::fabs(rawToDouble(c_.dt, got) - w.val) <= avgTolerance(c_.dt) * std::fabs(w.val); break;
-      }
-      if (!ok) {
-        std::string exp = w.cmp == Cmp::Approx ? std::to_string(w.val) + " (within relative " +
-                                                     std::to_string(avgTolerance(c_.dt)) + ")"
-                                               : showRaw(c_.dt, w.raw);
-        rep.add(describe(c_, n_, r_) + ": " + what + "[" + std::to_string(j) + "] expected " + exp + ", actual " +
-                showRaw(c_.dt, got));
-        return;
-      }
-    }
+    expectElems(rep, describe(c_, n_, r_), c_.dt, what, base, begin, end, want);
   }
-
   void expectPattern(Report& rep, const char* what, const Buf& b, long from, long to) const {
-    long bad = 0;
-    if (!b.patternIntact(from, to, &bad))
-      rep.add(describe(c_, n_, r_) + ": " + what + ": byte " + std::to_string(bad) + " was written (fill pattern " +
-              std::to_string(b.patternAt(bad)) + ", now " + std::to_string(b.data()[bad]) + ")");
+    chorus::test::expectPattern(rep, describe(c_, n_, r_), what, b, from, to);
   }
 
   const Case c_;
@@ -408,45 +345,6 @@ class Running {
   const void* sendPtr_ = nullptr;
   void* recvPtr_ = nullptr;
 };
-
-// Runs cases in order on this rank: blocking and stream cases one at a time; each run of consecutive Queued
-// cases is issued back-to-back alternately on two streams, synchronised once, then verified.
-void runCases(int r, int n, chorusComm_t comm, const std::vector<Case>& cases, Report& rep) {
-  chorusStream_t s1 = nullptr, s2 = nullptr;
-  check(chorusStreamCreate(comm, &s1), comm, "stream create");
-  check(chorusStreamCreate(comm, &s2), comm, "stream create");
-  for (size_t i = 0; i < cases.size();) {
-    const Case& c = cases[i];
-    if (c.mode != Mode::Queued) {
-      Running run(c, n, r);
-      run.prepare();
-      run.issue(comm, c.mode == Mode::Stream ? s1 : nullptr);
-      if (c.mode == Mode::Stream) {
-        check(chorusStreamSynchronize(s1), comm, describe(c, n, r) + ": synchronize");
-        chorusResult_t q = chorusStreamQuery(s1);
-        if (q != chorusSuccess)
-          rep.add(describe(c, n, r) + ": chorusStreamQuery after synchronize returned " + chorusGetErrorString(q));
-      }
-      run.verify(rep);
-      ++i;
-      continue;
-    }
-    size_t j = i;
-    while (j < cases.size() && cases[j].mode == Mode::Queued) ++j;
-    std::vector<std::unique_ptr<Running>> batch;
-    for (size_t k = i; k < j; ++k) {
-      batch.push_back(std::make_unique<Running>(cases[k], n, r));
-      batch.back()->prepare();
-      batch.back()->issue(comm, (k - i) % 2 == 0 ? s1 : s2);
-    }
-    check(chorusStreamSynchronize(s1), comm, describe(cases[i], n, r) + ": synchronize (queued batch)");
-    check(chorusStreamSynchronize(s2), comm, describe(cases[i], n, r) + ": synchronize (queued batch)");
-    for (auto& b : batch) b->verify(rep);
-    i = j;
-  }
-  check(chorusStreamDestroy(s1), comm, "stream destroy");
-  check(chorusStreamDestroy(s2), comm, "stream destroy");
-}
 
 std::vector<int> roots(int n) {
   std::vector<int> v{0};
@@ -470,8 +368,6 @@ std::vector<Case> matrixCases(Coll coll, int n) {
     ++idx;
     cases.push_back(c);
   };
-  std::vector<chorusRedOp_t> ops{chorusSum};
-  if (isReduction(coll)) ops.assign(std::begin(kAllOps), std::end(kAllOps));
   std::vector<bool> places{false};
   if (hasInPlace(coll)) places.push_back(true);
   std::vector<int> rootList{0};
@@ -480,13 +376,21 @@ std::vector<Case> matrixCases(Coll coll, int n) {
   for (size_t c : {size_t(0), size_t(1), size_t(7), static_cast<size_t>(n - 1)})
     if (std::find(counts.begin(), counts.end(), c) == counts.end()) counts.push_back(c);
 
+  // The arithmetic ops run in every mode; the bitwise ones and PreMulSum in one, rotating with count and datatype.
+  auto runsIn = [](chorusRedOp_t op, size_t countIndex, size_t typeIndex, int mode) {
+    return std::find(std::begin(kAllOps), std::end(kAllOps), op) != std::end(kAllOps) ||
+           static_cast<int>((countIndex + typeIndex) % 3) == mode;
+  };
   // Small counts: the whole datatype x op x placement x mode x root product.
-  for (size_t count : counts)
+  for (size_t ci = 0; ci < counts.size(); ++ci)
     for (Mode mode : {Mode::Blocking, Mode::Stream, Mode::Queued})
-      for (chorusDataType_t dt : kAllTypes)
-        for (chorusRedOp_t op : ops)
+      for (size_t ti = 0; ti < std::size(kAllTypes); ++ti)
+        for (chorusRedOp_t op : isReduction(coll) ? opsFor(kAllTypes[ti]) : std::vector<chorusRedOp_t>{chorusSum})
           for (bool inPlace : places)
             for (int root : rootList) {
+              if (!runsIn(op, ci, ti, static_cast<int>(mode))) continue;
+              const size_t count = counts[ci];
+              const chorusDataType_t dt = kAllTypes[ti];
               Case c;
               c.dt = dt;
               c.op = op;
@@ -498,10 +402,11 @@ std::vector<Case> matrixCases(Coll coll, int n) {
             }
 
   // 1000003 elements (several pipeline chunks, uneven segments): a representative subset; pair k runs in
-  // mode k/2 (blocking, stream, queued: the last two back to back) and in place when k is odd.
+  // mode k/2 (blocking, stream, queued: the last two back to back) and in place when k is odd. (Float32 sum at
+  // large counts is the Large tests'.)
   const std::pair<chorusDataType_t, chorusRedOp_t> large[] = {
-      {chorusFloat32, chorusSum}, {chorusInt32, chorusMax}, {chorusBfloat16, chorusAvg},
-      {chorusFloat64, chorusProd}, {chorusUint8, chorusMin}, {chorusInt64, chorusSum}};
+      {chorusFloat32, kPreMulSum}, {chorusInt32, chorusMax}, {chorusBfloat16, chorusAvg},
+      {chorusFloat64, chorusProd}, {chorusUint8, chorusMin}, {chorusInt64, chorusBxor}};
   for (int k = 0; k < 6; ++k) {
     Case c;
     c.dt = large[k].first;
@@ -513,12 +418,6 @@ std::vector<Case> matrixCases(Coll coll, int n) {
     add(c);
   }
   return cases;
-}
-
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& e : v) s += "\n  " + e;
-  return s;
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -579,7 +478,7 @@ TEST_P(Collectives, Matrix) {
     const std::vector<Case> cases = matrixCases(coll, n);
     errors = runRanks(n, [&](int r, chorusComm_t& comm) {
       Report rep;
-      runCases(r, n, comm, cases, rep);
+      runCases<Running>(r, n, comm, cases, rep);
       rep.throwIfAny();
     });
   }
@@ -634,11 +533,13 @@ TEST_P(QueuedMixed, AllKindsOnOneStreamThenOneSynchronize) {
     add(Coll::SendRecvPairs, chorusInt8, chorusSum, 1000, false, 0);
     add(Coll::ReduceScatter, chorusInt32, chorusMin, 70001, false, 0);
     add(Coll::Reduce, chorusInt64, chorusSum, 3, true, 0);
+    add(Coll::AllReduce, chorusUint64, chorusBor, 4097, false, 0);
+    add(Coll::ReduceScatter, chorusFloat16, kPreMulSum, 1001, true, 0);
   }
   const size_t kChain = 4099;
   auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
     Report rep;
-    runCases(r, n, comm, cases, rep);
+    runCases<Running>(r, n, comm, cases, rep);
 
     // Chain on one stream: x -> AllReduce(sum) -> y; AllReduce(y, in place, sum); Broadcast(y, in place) from
     // the last rank; Reduce(y -> z, max) at root 0. y = n * S, z (root) = n * S, S = sum over ranks of x.
@@ -697,7 +598,7 @@ TEST_P(Large, AllReduceFloat32Sum16Mi) {
   c.reference = &ref;
   auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
     Report rep;
-    runCases(r, n, comm, {c}, rep);
+    runCases<Running>(r, n, comm, std::vector<Case>{c}, rep);
     rep.throwIfAny();
   });
   EXPECT_TRUE(errors.empty()) << joined(errors);
@@ -718,7 +619,7 @@ TEST(LargeGatherScatter, OutOfPlace64MiB) {
   }
   auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
     Report rep;
-    runCases(r, n, comm, cases, rep);
+    runCases<Running>(r, n, comm, cases, rep);
     rep.throwIfAny();
   });
   EXPECT_TRUE(errors.empty()) << joined(errors);

@@ -68,6 +68,20 @@ TEST_P(DeviceIpc, MovesDeviceMemoryDeviceToDeviceAndEqualsHost) {
   EXPECT_EQ(pagesLeft(), 0);
 }
 
+// Gather, Scatter and the per-rank counts (empty blocks included), PreMulSum's device multiply among the ops:
+// the small matrix, device to device.
+TEST_P(DeviceIpc, GatherScatterAndPerRankCountsMoveDeviceToDeviceAndEqualHost) {
+  useDevice(0);
+  HostInaccessible inaccessible;
+  test::EnvGuard env;
+  env.set("CHORUS_TEST_MATRIX", "small");
+  const Counters before = Counters::now();
+  runMatrix(GetParam(), "AUTO", test::kGatherScatterV);
+  const Counters after = Counters::now();
+  EXPECT_EQ(after.pinned, before.pinned) << "device memory was staged through host memory";
+  EXPECT_GT(after.exports, before.exports) << "no message went over device IPC";
+}
+
 // CHORUS_DEVICE_IPC_REDUCE=0: the copy engine copies the peer's bytes to scratch and the device reduces after.
 TEST_P(DeviceIpc, WithCopiesInsteadOfTheReduceKernelEqualsHost) {
   useDevice(0);

@@ -110,6 +110,15 @@ TEST_F(Validation, NullComm) {
   EXPECT_REFUSED(chorusRecv(a_, 4, chorusFloat32, 1, nullptr, nullptr), chorusInvalidArgument, nullptr,
                  "comm is NULL");
   EXPECT_REFUSED(chorusBarrier(nullptr, nullptr), chorusInvalidArgument, nullptr, "comm is NULL");
+  const size_t counts[2] = {4, 4};
+  EXPECT_REFUSED(chorusGather(a_, b_, 4, chorusFloat32, 0, nullptr, nullptr), chorusInvalidArgument, nullptr,
+                 "comm is NULL");
+  EXPECT_REFUSED(chorusScatter(a_, b_, 4, chorusFloat32, 0, nullptr, nullptr), chorusInvalidArgument, nullptr,
+                 "comm is NULL");
+  EXPECT_REFUSED(chorusAllGatherV(a_, b_, counts, chorusFloat32, nullptr, nullptr), chorusInvalidArgument, nullptr,
+                 "comm is NULL");
+  EXPECT_REFUSED(chorusReduceScatterV(a_, b_, counts, chorusFloat32, chorusSum, nullptr, nullptr),
+                 chorusInvalidArgument, nullptr, "comm is NULL");
   EXPECT_REFUSED(chorusCommCount(nullptr, &i), chorusInvalidArgument, nullptr, "comm is NULL");
   EXPECT_REFUSED(chorusCommUserRank(nullptr, &i), chorusInvalidArgument, nullptr, "comm is NULL");
   EXPECT_REFUSED(chorusCommGetAsyncError(nullptr, &ae), chorusInvalidArgument, nullptr, "comm is NULL");
@@ -153,6 +162,29 @@ TEST_F(Validation, NullBuffersWithCount) {
                  "sendbuff is NULL");
   EXPECT_REFUSED(chorusRecv(nullptr, n, chorusFloat32, 1, c0(), nullptr), chorusInvalidArgument, c0(),
                  "recvbuff is NULL");
+  // Gather: recvbuff on the root only; Scatter: sendbuff on the root only.
+  EXPECT_REFUSED(chorusGather(nullptr, b_, n, chorusFloat32, 0, c1(), nullptr), chorusInvalidArgument, c1(),
+                 "sendbuff is NULL", "40 bytes", "chorusGather");
+  EXPECT_REFUSED(chorusGather(a_, nullptr, n, chorusFloat32, 0, c0(), nullptr), chorusInvalidArgument, c0(),
+                 "recvbuff (on the root) is NULL", "80 bytes");
+  EXPECT_REFUSED(chorusScatter(nullptr, b_, n, chorusFloat32, 1, c1(), nullptr), chorusInvalidArgument, c1(),
+                 "sendbuff (on the root) is NULL", "80 bytes", "chorusScatter");
+  EXPECT_REFUSED(chorusScatter(nullptr, nullptr, n, chorusFloat32, 1, c0(), nullptr), chorusInvalidArgument, c0(),
+                 "recvbuff is NULL", "40 bytes");
+  // The V kinds: recvcounts itself, then this rank's block and all blocks.
+  const size_t counts[2] = {3, 5};
+  EXPECT_REFUSED(chorusAllGatherV(a_, b_, nullptr, chorusFloat32, c0(), nullptr), chorusInvalidArgument, c0(),
+                 "recvcounts is NULL", "nranks=2", "chorusAllGatherV");
+  EXPECT_REFUSED(chorusReduceScatterV(a_, b_, nullptr, chorusFloat32, chorusSum, c1(), nullptr),
+                 chorusInvalidArgument, c1(), "recvcounts is NULL", "chorusReduceScatterV");
+  EXPECT_REFUSED(chorusAllGatherV(nullptr, b_, counts, chorusFloat32, c1(), nullptr), chorusInvalidArgument, c1(),
+                 "sendbuff is NULL", "20 bytes");
+  EXPECT_REFUSED(chorusAllGatherV(a_, nullptr, counts, chorusFloat32, c0(), nullptr), chorusInvalidArgument, c0(),
+                 "recvbuff is NULL", "32 bytes");
+  EXPECT_REFUSED(chorusReduceScatterV(nullptr, b_, counts, chorusFloat32, chorusSum, c0(), nullptr),
+                 chorusInvalidArgument, c0(), "sendbuff is NULL", "32 bytes");
+  EXPECT_REFUSED(chorusReduceScatterV(a_, nullptr, counts, chorusFloat32, chorusSum, c0(), nullptr),
+                 chorusInvalidArgument, c0(), "recvbuff is NULL", "12 bytes");
 }
 
 TEST_F(Validation, NullOutputPointers) {
@@ -201,6 +233,10 @@ TEST_F(Validation, RootAndPeerOutOfRange) {
   EXPECT_REFUSED(chorusBroadcast(nullptr, nullptr, 0, chorusFloat32, 7, c0(), nullptr), chorusInvalidArgument,
                  c0(), "root=7");
   EXPECT_REFUSED(chorusSend(nullptr, 0, chorusFloat32, 5, c0(), nullptr), chorusInvalidArgument, c0(), "peer=5");
+  EXPECT_REFUSED(chorusGather(a_, b_, 4, chorusFloat32, 2, c0(), nullptr), chorusInvalidArgument, c0(), "root=2",
+                 "chorusGather");
+  EXPECT_REFUSED(chorusScatter(nullptr, nullptr, 0, chorusFloat32, -1, c1(), nullptr), chorusInvalidArgument, c1(),
+                 "root=-1", "chorusScatter");
 }
 
 TEST_F(Validation, UnknownDatatypeAndOp) {
@@ -227,8 +263,26 @@ TEST_F(Validation, UnknownDatatypeAndOp) {
                  c0(), "op=42");
   EXPECT_REFUSED(chorusAllReduce(a_, b_, 4, chorusInt32, static_cast<chorusRedOp_t>(-3), c1(), nullptr),
                  chorusInvalidArgument, c1(), "op=-3");
-  EXPECT_REFUSED(chorusAllReduce(a_, b_, 4, chorusInt32, static_cast<chorusRedOp_t>(5), c1(), nullptr),
-                 chorusInvalidArgument, c1(), "op=5");
+  EXPECT_REFUSED(chorusAllReduce(a_, b_, 4, chorusInt32, static_cast<chorusRedOp_t>(1 << 30), c1(), nullptr),
+                 chorusInvalidArgument, c1(), "op=1073741824", "nor an op of this communicator");
+  const size_t counts[2] = {1, 1};
+  EXPECT_TRUE(bad(chorusGather(a_, b_, 4, kBadType, 0, c0(), nullptr), c0()));
+  EXPECT_TRUE(bad(chorusScatter(a_, b_, 4, kBadType, 0, c0(), nullptr), c0()));
+  EXPECT_TRUE(bad(chorusAllGatherV(a_, b_, counts, kBadType, c0(), nullptr), c0()));
+  EXPECT_TRUE(bad(chorusReduceScatterV(a_, b_, counts, kBadType, chorusSum, c0(), nullptr), c0()));
+  EXPECT_REFUSED(chorusReduceScatterV(a_, b_, counts, chorusFloat32, kBadOp, c0(), nullptr), chorusInvalidArgument,
+                 c0(), "op=42");
+  // The bitwise ops take integer datatypes only; count 0 does not excuse them either.
+  for (chorusDataType_t dt : {chorusFloat16, chorusFloat32, chorusFloat64, chorusBfloat16}) {
+    EXPECT_REFUSED(chorusAllReduce(a_, b_, 4, dt, chorusBand, c0(), nullptr), chorusInvalidArgument, c0(),
+                   "op=5 (band)", "integer datatypes only", "datatype=");
+    EXPECT_REFUSED(chorusReduce(a_, b_, 0, dt, chorusBor, 0, c1(), nullptr), chorusInvalidArgument, c1(),
+                   "op=6 (bor)", "datatype=");
+    EXPECT_REFUSED(chorusReduceScatterV(a_, b_, counts, dt, chorusBxor, c0(), nullptr), chorusInvalidArgument, c0(),
+                   "op=7 (bxor)", "datatype=");
+  }
+  EXPECT_REFUSED(chorusReduceScatter(a_, b_, 4, chorusBfloat16, chorusBxor, c0(), nullptr), chorusInvalidArgument,
+                 c0(), "datatype=9 (bfloat16)");
 }
 
 TEST_F(Validation, CountTimesSizeOverflow) {
@@ -256,6 +310,16 @@ TEST_F(Validation, CountTimesSizeOverflow) {
                  c0(), "recvcount=" + qText, "overflows");
   EXPECT_REFUSED(chorusAllToAll(a_, b_, q, chorusFloat32, c0(), nullptr), chorusInvalidArgument, c0(),
                  "count=" + qText, "overflows");
+  EXPECT_REFUSED(chorusGather(a_, b_, q, chorusFloat32, 0, c0(), nullptr), chorusInvalidArgument, c0(),
+                 "count=" + qText, "overflows");
+  EXPECT_REFUSED(chorusScatter(a_, b_, q, chorusFloat32, 0, c1(), nullptr), chorusInvalidArgument, c1(),
+                 "count=" + qText, "overflows");
+  // recvcounts whose sum overflows, and whose sum of bytes does.
+  const size_t wrap[2] = {std::numeric_limits<size_t>::max(), 1}, big[2] = {q, q};
+  EXPECT_REFUSED(chorusAllGatherV(a_, b_, wrap, chorusFloat32, c0(), nullptr), chorusInvalidArgument, c0(),
+                 "recvcounts[0] + ... + recvcounts[1] overflows");
+  EXPECT_REFUSED(chorusReduceScatterV(a_, b_, big, chorusFloat32, chorusSum, c1(), nullptr), chorusInvalidArgument,
+                 c1(), "the sum of recvcounts=", "overflows");
 }
 
 TEST_F(Validation, OverlappingBuffersThatAreNotInPlace) {
@@ -286,6 +350,18 @@ TEST_F(Validation, OverlappingBuffersThatAreNotInPlace) {
                  "overlap", "not allowed");
   EXPECT_REFUSED(chorusAllToAll(buf, buf + 19, 10, chorusFloat32, c0(), nullptr), chorusInvalidArgument, c0(),
                  "overlap");
+  // Gather: in place means sendbuff == recvbuff + root*count, on the root (elsewhere recvbuff is not looked at).
+  EXPECT_REFUSED(chorusGather(buf + 1, buf, 10, chorusFloat32, 1, c1(), nullptr), chorusInvalidArgument, c1(),
+                 "overlap", "in place means");
+  // Scatter: in place means recvbuff == sendbuff + root*count.
+  EXPECT_REFUSED(chorusScatter(buf, buf, 10, chorusFloat32, 1, c1(), nullptr), chorusInvalidArgument, c1(),
+                 "overlap");
+  // AllGatherV: sendbuff is this rank's block of recvbuff; ReduceScatterV: recvbuff is this rank's block of sendbuff.
+  const size_t counts[2] = {6, 4};
+  EXPECT_REFUSED(chorusAllGatherV(buf, buf, counts, chorusFloat32, c1(), nullptr), chorusInvalidArgument, c1(),
+                 "overlap");  // rank 1's block starts 6 elements in
+  EXPECT_REFUSED(chorusReduceScatterV(buf, buf + 5, counts, chorusFloat32, chorusSum, c1(), nullptr),
+                 chorusInvalidArgument, c1(), "overlap");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -526,6 +602,12 @@ TEST(Valid, CountZeroIsANoOpForEveryCall) {
     check(chorusAllGather(nullptr, nullptr, 0, chorusUint8, comm, nullptr), comm, "allgather");
     check(chorusReduceScatter(nullptr, nullptr, 0, chorusFloat16, chorusAvg, comm, nullptr), comm, "reducescatter");
     check(chorusAllToAll(nullptr, nullptr, 0, chorusBfloat16, comm, nullptr), comm, "alltoall");
+    check(chorusGather(nullptr, nullptr, 0, chorusInt8, 1, comm, nullptr), comm, "gather");
+    check(chorusScatter(nullptr, nullptr, 0, chorusUint64, 2, comm, nullptr), comm, "scatter");
+    const size_t zeros[n] = {0, 0, 0};
+    check(chorusAllGatherV(nullptr, nullptr, zeros, chorusFloat32, comm, nullptr), comm, "allgatherv");
+    check(chorusReduceScatterV(nullptr, nullptr, zeros, chorusInt32, chorusBand, comm, nullptr), comm,
+          "reducescatterv");
     check(chorusGroupStart(), comm, "groupstart");
     check(chorusSend(nullptr, 0, chorusInt64, (r + 1) % n, comm, nullptr), comm, "send");
     check(chorusRecv(nullptr, 0, chorusInt64, (r + n - 1) % n, comm, nullptr), comm, "recv");

@@ -5,6 +5,7 @@
 // (see expectBits).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -129,6 +130,14 @@ elem::Storage<D> applyOp(chorusRedOp_t op, elem::Storage<D> a, elem::Storage<D> 
     case chorusMax: return elem::apply<D, chorusMax>(a, b);
     case chorusMin: return elem::apply<D, chorusMin>(a, b);
     case chorusAvg: return elem::apply<D, chorusAvg>(a, b);
+    case chorusBand: case chorusBor: case chorusBxor:
+      if constexpr (elem::kInteger<D>) {
+        if (op == chorusBand) return elem::apply<D, chorusBand>(a, b);
+        if (op == chorusBor) return elem::apply<D, chorusBor>(a, b);
+        return elem::apply<D, chorusBxor>(a, b);
+      }
+      ADD_FAILURE() << "a bitwise op of " << dataTypeName(D);
+      return a;
     default: return elem::apply<D, chorusSum>(a, b);
   }
 }
@@ -180,6 +189,7 @@ TEST_P(ElementTest, ReduceAndAvgMatchEveryIsa) {
       ASSERT_TRUE(forceIsa(isa));
       const bool portable = std::strcmp(isa, "portable") == 0;
       for (chorusRedOp_t op : kOps) {
+        if (!opApplies(op, D)) continue;
         const std::string what = std::string(isa) + " " + dataTypeName(D) + " " + redOpName(op);
         reduce(out.data(), in.a.data(), in.b.data(), n, D, op);
         expectBits<D>(out, [&](size_t i) {
@@ -249,6 +259,33 @@ TEST(Element, LargeStreamingPath) {
   }
 }
 
+// PreMulSum's multiply rounds as chorusProd: kernels::multiply against reduce(..., chorusProd) with the scalar as
+// every b, on every ISA, over the special values as scalars (NaNs, infinities, signed zeros, subnormals).
+TEST_P(ElementTest, MultiplyRoundsAsProdOnEveryIsa) {
+  IsaGuard guard;
+  elem::withType(GetParam(), [](auto tag) {
+    constexpr chorusDataType_t D = decltype(tag)::value;
+    using S = elem::Storage<D>;
+    const Inputs<D> in = makeInputs<D>(uint64_t(D) * 1000 + 4);
+    const size_t n = in.a.size();
+    std::vector<S> got(n), want(n), scalars(n);
+    for (const char* isa : availableIsas()) {
+      ASSERT_TRUE(forceIsa(isa));
+      for (uint64_t bits : specials<D>()) {
+        const S k = fromBits<D>(bits);
+        std::fill(scalars.begin(), scalars.end(), k);
+        multiply(got.data(), in.a.data(), n, D, &k);
+        reduce(want.data(), in.a.data(), scalars.data(), n, D, chorusProd);
+        expectBits<D>(got, [&](size_t i) { return want[i]; },
+                      std::string(isa) + " " + dataTypeName(D) + " times the bits " + std::to_string(bits));
+        got = in.a;
+        multiply(got.data(), got.data(), n, D, &k);  // in place
+        expectBits<D>(got, [&](size_t i) { return want[i]; }, std::string(isa) + " " + dataTypeName(D) + " in place");
+      }
+    }
+  });
+}
+
 // The semantics element.h pins down, spelled out on a few values.
 TEST(Element, DocumentedCases) {
   namespace e = elem;
@@ -271,6 +308,10 @@ TEST(Element, DocumentedCases) {
   // Integers wrap; signed division truncates toward zero; -1 wraps the minimum; unsigned divides in 64 bits.
   EXPECT_EQ((e::apply<chorusInt8, chorusSum>(127, 1)), -128);
   EXPECT_EQ((e::apply<chorusInt32, chorusProd>(0x10000, 0x10000)), 0);
+  // Bitwise ops on the two's complement bits.
+  EXPECT_EQ((e::apply<chorusInt8, chorusBand>(-1, 0x5a)), 0x5a);
+  EXPECT_EQ((e::apply<chorusUint64, chorusBor>(0x8000000000000000ull, 1)), 0x8000000000000001ull);
+  EXPECT_EQ((e::apply<chorusInt32, chorusBxor>(-1, 0x0f0f0f0f)), -0x0f0f0f10);
   EXPECT_EQ(e::scale<chorusInt32>(-7, 2), -3);
   EXPECT_EQ(e::scale<chorusInt64>(INT64_MIN, -1), INT64_MIN);
   EXPECT_EQ(e::scale<chorusUint32>(7, -1), 0u);  // 7 / 0xffffffff

@@ -54,6 +54,10 @@ TEST_P(Spaces, EveryOtherCollectiveOverDeviceMemoryEqualsHost) {
   runMatrix(GetParam(), "AUTO", test::kAllButAllReduce);
 }
 
+TEST_P(Spaces, GatherScatterAndPerRankCountsOverDeviceMemoryEqualHost) {
+  runMatrix(GetParam(), "AUTO", test::kGatherScatterV);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, Spaces, ::testing::Values(1, 2, 3, 4, 5));
 
 // Memory the CPU may not touch (a GPU's) crosses the host transports through host memory (Note [Staging device

@@ -20,6 +20,7 @@ using chorus::test::availableIsas;
 using chorus::test::IsaGuard;
 using chorus::test::kOps;
 using chorus::test::kTypes;
+using chorus::test::typeOpPairs;
 
 namespace {
 
@@ -89,6 +90,9 @@ bool intOk(chorusRedOp_t op, const unsigned char* a, const unsigned char* b, con
     case chorusProd: want = T(U(U(x) * U(y))); break;
     case chorusMax: want = x > y ? x : y; break;
     case chorusMin: want = x < y ? x : y; break;
+    case chorusBand: want = T(x & y); break;
+    case chorusBor: want = T(x | y); break;
+    case chorusBxor: want = T(x ^ y); break;
     default: want = T(U(U(x) + U(y))); break;
   }
   return get<T>(r, i) == want;
@@ -198,7 +202,7 @@ std::vector<unsigned char>& scratch(int i) {
   return v[i];
 }
 
-class ReduceTest : public ::testing::TestWithParam<std::tuple<chorusDataType_t, chorusRedOp_t>> {};
+class ReduceTest : public ::testing::TestWithParam<std::pair<chorusDataType_t, chorusRedOp_t>> {};
 
 TEST_P(ReduceTest, AllIsasAliasesAlignments) {
   IsaGuard guard;
@@ -246,8 +250,7 @@ TEST_P(ReduceTest, AllIsasAliasesAlignments) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, ReduceTest,
-                         ::testing::Combine(::testing::ValuesIn(kTypes), ::testing::ValuesIn(kOps)),
+INSTANTIATE_TEST_SUITE_P(Kernels, ReduceTest, ::testing::ValuesIn(typeOpPairs()),
                          [](const auto& info) {
                            return std::string(dataTypeName(std::get<0>(info.param))) + "_" +
                                   redOpName(std::get<1>(info.param));
@@ -280,6 +283,54 @@ TEST(Reduce, LargeStreamingStores) {
         reduce(dst, ga.p(), gb.p(), count, dt, chorusSum);
         EXPECT_EQ(std::memcmp(dst, want.data(), want.size()), 0);
         EXPECT_TRUE(ga.guardsIntact() && gb.guardsIntact() && gd.guardsIntact());
+      }
+    }
+  }
+}
+
+// A bitwise op of a floating-point datatype does not apply (opApplies): reduce leaves dst as it was.
+TEST(Reduce, BitwiseOpsOfFloatsWriteNothing) {
+  IsaGuard guard;
+  for (const char* isa : availableIsas()) {
+    ASSERT_TRUE(forceIsa(isa));
+    for (chorusDataType_t dt : {chorusFloat16, chorusFloat32, chorusFloat64, chorusBfloat16})
+      for (chorusRedOp_t op : {chorusBand, chorusBor, chorusBxor}) {
+        EXPECT_FALSE(opApplies(op, dt));
+        double a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, d[4] = {-1, -1, -1, -1};
+        reduce(d, a, b, 4 * 8 / dataTypeSize(dt), dt, op);
+        for (double x : d) EXPECT_EQ(x, -1) << isa << " " << dataTypeName(dt) << " " << redOpName(op);
+      }
+  }
+}
+
+// ---- multiply (PreMulSum's first step) ----
+
+// Against the independent reference (elemOk's chorusProd, the scalar as every b), every count, in place and
+// misaligned, guards intact, the input unchanged out of place.
+TEST(Multiply, AllTypesAgainstTheReferenceAnyAlignmentInPlace) {
+  Arena &gs = arena(0), &gd = arena(2);
+  auto &in = scratch(0), &scalars = scratch(1);
+  for (chorusDataType_t dt : kTypes) {
+    const size_t es = dataTypeSize(dt);
+    for (size_t count : {0, 1, 15, 33, 1000, 100003}) {
+      SCOPED_TRACE(std::string(dataTypeName(dt)) + " count=" + std::to_string(count));
+      randomData(in, dt, count, count * 3 + unsigned(dt));
+      randomData(scalars, dt, 1, count + 17);
+      const std::vector<unsigned char> scalar(scalars.begin(), scalars.end());
+      scalars.resize(count * es);
+      for (size_t i = 1; i < count; ++i) std::memcpy(scalars.data() + i * es, scalar.data(), es);
+      for (size_t off : {size_t(0), size_t(1), es}) {
+        for (bool inPlace : {false, true}) {
+          gs.load(in, off);
+          unsigned char* dst = inPlace ? gs.p() : gd.load(nullptr, count * es, off + 1);
+          multiply(dst, gs.p(), count, dt, scalar.data());
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_TRUE(elemOk(dt, chorusProd, in.data(), scalars.data(), dst, i)) << "at " << i << " off=" << off;
+          if (!inPlace) {
+            EXPECT_TRUE(count == 0 || std::memcmp(gs.p(), in.data(), count * es) == 0);
+          }
+          EXPECT_TRUE(gs.guardsIntact() && gd.guardsIntact());
+        }
       }
     }
   }
@@ -382,7 +433,13 @@ TEST(Names, TypesOpsAndIsa) {
   EXPECT_EQ(dataTypeSize(chorusFloat64), 8u);
   EXPECT_EQ(dataTypeSize(chorusDataType_t(12)), 0u);  // (values inside the enum's range: no UB)
   EXPECT_FALSE(dataTypeValid(chorusDataType_t(15)));
-  EXPECT_FALSE(redOpValid(chorusRedOp_t(5)));
+  EXPECT_TRUE(redOpValid(chorusBxor));
+  EXPECT_FALSE(redOpValid(chorusNumOps));
+  EXPECT_FALSE(opApplies(chorusBand, chorusFloat32));
+  EXPECT_TRUE(opApplies(chorusBand, chorusUint8));
+  EXPECT_STREQ(redOpName(chorusBand), "band");
+  EXPECT_STREQ(redOpName(chorusBxor), "bxor");
+  EXPECT_STREQ(redOpName(chorusNumOps), "unknown");
   EXPECT_STREQ(dataTypeName(chorusUint32), "uint32");
   EXPECT_STREQ(dataTypeName(chorusFloat16), "float16");
   EXPECT_STREQ(redOpName(chorusAvg), "avg");

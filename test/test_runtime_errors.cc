@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <stdexcept>
@@ -81,6 +82,67 @@ TEST(Mismatch, AllReduceCounts100And101) {
   // The rank that detects it says InvalidUsage and names both calls; the peer learns it from the abort.
   EXPECT_TRUE(out[0].rc == chorusInvalidUsage || out[1].rc == chorusInvalidUsage);
   EXPECT_GE(naming, 1) << "no rank's message names both ranks and both calls";
+}
+
+// Ranks that pass different recvcounts (Note [Counts in tags]): an error on every rank within seconds, never a
+// hang nor wrong data, naming both calls, whatever they disagree on: the split of one total, or a rank that
+// believes every count is 0 (so that it would move nothing) against ranks that do not.
+void expectCountsMismatch(const std::vector<Outcome>& out, const char* kind) {
+  int naming = 0, invalid = 0;
+  for (size_t r = 0; r < out.size(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + codeName(out[r].rc) + ": " + out[r].msg);
+    EXPECT_TRUE(errorLike(out[r].rc));
+    EXPECT_LT(out[r].seconds, 5.0);
+    invalid += out[r].rc == chorusInvalidUsage;
+    if (contains(out[r].msg, {"mismatched calls", kind, "recvcounts totalling", "fingerprint"})) ++naming;
+  }
+  EXPECT_GE(invalid, 1);
+  EXPECT_GE(naming, 1) << "no rank's message names both calls";
+}
+
+TEST(Mismatch, AllGatherVCountsSplitDifferently) {
+  Watchdog wd;
+  std::vector<int32_t> send[3], recv[3];
+  auto out = runMismatch(3, [&](int r, chorusComm_t c) {
+    const size_t mine[3] = {1, 2, 3}, theirs[3] = {2, 1, 3};  // rank 2 differs, with the same total
+    const size_t* counts = r == 2 ? theirs : mine;
+    send[r].assign(3, r);
+    recv[r].assign(6, -1);
+    return chorusAllGatherV(send[r].data(), recv[r].data(), counts, chorusInt32, c, nullptr);
+  });
+  expectCountsMismatch(out, "AllGatherV");
+}
+
+TEST(Mismatch, ReduceScatterVAllZeroAgainstSomeCounts) {
+  Watchdog wd;
+  std::vector<float> bufs[2] = {std::vector<float>(8, 1.0f), std::vector<float>(8, 1.0f)};
+  auto out = runMismatch(2, [&](int r, chorusComm_t c) {
+    const size_t zeros[2] = {0, 0}, some[2] = {0, 5};
+    return chorusReduceScatterV(bufs[r].data(), bufs[r].data(), r == 0 ? zeros : some, chorusFloat32, chorusSum, c,
+                                nullptr);
+  });
+  expectCountsMismatch(out, "ReduceScatterV");
+}
+
+// Sum against PreMulSum: the calls reduce alike, but their tags differ (Note [PreMulSum] in
+// lib/comm/collectives.cc).
+TEST(Mismatch, SumAgainstPreMulSum) {
+  Watchdog wd;
+  std::vector<float> bufs[2] = {std::vector<float>(64, 1.0f), std::vector<float>(64, 1.0f)};
+  auto out = runMismatch(2, [&](int r, chorusComm_t c) {
+    chorusRedOp_t op = chorusSum;
+    const float half = 0.5f;
+    if (r == 1 && chorusRedOpCreatePreMulSum(&op, &half, chorusFloat32, c) != chorusSuccess) return chorusInternalError;
+    return chorusAllReduce(bufs[r].data(), bufs[r].data(), 64, chorusFloat32, op, c, nullptr);
+  });
+  int naming = 0;
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + codeName(out[r].rc) + ": " + out[r].msg);
+    EXPECT_TRUE(errorLike(out[r].rc));
+    EXPECT_LT(out[r].seconds, 5.0);
+    if (contains(out[r].msg, {"rank 0", "rank 1", "float32, sum)", "float32, premulsum)"})) ++naming;
+  }
+  EXPECT_GE(naming, 1) << "no rank's message names both ops";
 }
 
 // Rank 0 broadcasts (root 0) while rank 1 all-reduces. Rank 1 receives rank 0's Broadcast data and must name

@@ -11,9 +11,9 @@
  *
  * Counts are in elements; count == 0 is a valid no-op; counts need not divide by nranks; any alignment.
  *
- * Errors: ranks whose calls differ (kind, count, datatype, op or root) get chorusInvalidUsage naming both ranks
- * and both calls; a rank that only sends in that call (a Broadcast root, say) may complete it and get the error
- * from its next call. A peer that dies makes every rank's pending and later calls fail with chorusRemoteError
+ * Errors: ranks whose calls differ (kind, count or counts, datatype, op or root) get chorusInvalidUsage naming
+ * both ranks and both calls; a rank that only sends in that call (a Broadcast root, say) may complete it and get
+ * the error from its next call. A peer that dies makes every rank's pending and later calls fail with chorusRemoteError
  * naming it. After such an error the communicator is unusable: destroy it (or abort it).
  */
 #ifndef CHORUS_CHORUS_H
@@ -46,7 +46,10 @@ typedef enum { chorusSuccess = 0, chorusUnhandledCudaError = 1, chorusSystemErro
                chorusTimeout = 8 } chorusResult_t;
 typedef enum { chorusInt8 = 0, chorusUint8 = 1, chorusInt32 = 2, chorusUint32 = 3, chorusInt64 = 4, chorusUint64 = 5,
                chorusFloat16 = 6, chorusFloat32 = 7, chorusFloat64 = 8, chorusBfloat16 = 9 } chorusDataType_t;
-typedef enum { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chorusAvg = 4 } chorusRedOp_t;
+/* Band/Bor/Bxor: bitwise, integer datatypes only (others get chorusInvalidArgument). chorusNumOps: the built-in ops
+ * end here; ops made by chorusRedOpCreatePreMulSum take values from it upward. */
+typedef enum { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chorusAvg = 4, chorusBand = 5,
+               chorusBor = 6, chorusBxor = 7, chorusNumOps = 8, chorusMaxRedOp = 0x7fffffff } chorusRedOp_t;
 
 /* MAJOR*10000 + MINOR*100 + PATCH. Never blocks. */
 CHORUS_API chorusResult_t chorusGetVersion(int* version);
@@ -126,6 +129,18 @@ CHORUS_API chorusResult_t chorusMemAlloc(void** ptr, size_t size);
 /* Frees what chorusMemAlloc gave; NULL is a no-op. */
 CHORUS_API chorusResult_t chorusMemFree(void* ptr);
 
+/* As ncclRedOpCreatePreMulSum: *op becomes an op of comm that multiplies each rank's input by that rank's own
+ * *scalar (one element of datatype, in host memory, read at this call), rounded as chorusProd rounds, then sums.
+ * It is used with datatype only, on comm only, until chorusRedOpDestroy (or comm's destruction); a call with it
+ * on another communicator, with another datatype or after that gets chorusInvalidArgument naming op. A rank may
+ * pass another scalar than its peers (torch's PREMUL_SUM: a gradient's 1/world_size), but every rank must use
+ * such an op where one does (a rank calling chorusSum instead gets chorusInvalidUsage). Never blocks. */
+CHORUS_API chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, const void* scalar, chorusDataType_t datatype,
+                                                     chorusComm_t comm);
+/* Frees an op of chorusRedOpCreatePreMulSum; calls already issued with it (or recorded in an open group) are
+ * unaffected. Never blocks. */
+CHORUS_API chorusResult_t chorusRedOpDestroy(chorusRedOp_t op, chorusComm_t comm);
+
 /* In-place when sendbuff == recvbuff. */
 CHORUS_API chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                           chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
@@ -145,6 +160,29 @@ CHORUS_API chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, 
 CHORUS_API chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                               chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
                                               chorusStream_t stream);
+/* As ncclGather: every rank's count elements of sendbuff land on root, rank p's at recvbuff + p*count (recvbuff
+ * holds nranks*count elements, is written on root only and may be NULL elsewhere). In place when sendbuff ==
+ * recvbuff + root*count*elemsize on root. */
+CHORUS_API chorusResult_t chorusGather(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                                       int root, chorusComm_t comm, chorusStream_t stream);
+/* As ncclScatter: block p of root's sendbuff (nranks*count elements, read on root only, may be NULL elsewhere)
+ * lands in rank p's recvbuff (count elements). In place when recvbuff == sendbuff + root*count*elemsize on root. */
+CHORUS_API chorusResult_t chorusScatter(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                                        int root, chorusComm_t comm, chorusStream_t stream);
+/* AllGather with a count per rank (MPI_Allgatherv with packed blocks): rank p contributes recvcounts[p] elements
+ * (its sendbuff), and recvbuff receives every rank's block in rank order, rank p's starting
+ * recvcounts[0] + ... + recvcounts[p-1] elements in. recvcounts has nranks entries, the same on every rank (ranks
+ * that disagree get chorusInvalidUsage naming both calls), read during the call only; counts may be 0. In place
+ * when sendbuff is this rank's block of recvbuff. */
+CHORUS_API chorusResult_t chorusAllGatherV(const void* sendbuff, void* recvbuff, const size_t recvcounts[],
+                                           chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
+/* ReduceScatter with a count per rank (MPI_Reduce_scatter): sendbuff holds recvcounts[0] + ... +
+ * recvcounts[nranks-1] elements in blocks in rank order; block p, reduced over the ranks, lands in rank p's
+ * recvbuff (recvcounts[p] elements). recvcounts as chorusAllGatherV's. In place when recvbuff is this rank's
+ * block of sendbuff. */
+CHORUS_API chorusResult_t chorusReduceScatterV(const void* sendbuff, void* recvbuff, const size_t recvcounts[],
+                                               chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                               chorusStream_t stream);
 /* count elements to each peer: block p of sendbuff goes to rank p, block p of recvbuff comes from rank p.
  * Not in-place: the buffers must not overlap. */
 CHORUS_API chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count,

@@ -1,8 +1,11 @@
 // Exported functions: collectives, point-to-point (ordered and tagged), barrier, groups. Each validates every argument on the
 // calling thread (errors name the argument, its value and the rank), then issues or records the call.
+// (Made reduction ops are lib/api/api_redop.cc's.)
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "lib/api/api_guard.h"
 #include "lib/comm/comm.h"
@@ -31,9 +34,51 @@ struct Check {
     if (v < 0 || v > chorusBfloat16) bad(chorusInvalidArgument, "datatype={} is not a chorusDataType_t", v);
     return kernels::dataTypeSize(dt);
   }
-  void op(const chorusRedOp_t& o) const {
-    int v = rawEnum(o);
-    if (v < 0 || v > chorusAvg) bad(chorusInvalidArgument, "op={} is not a chorusRedOp_t", v);
+  // A built-in op, or one of this communicator's ops of chorusRedOpCreatePreMulSum (Note [Made ops]), as the
+  // CollArgs fields it becomes; dt was checked before.
+  struct Op {
+    chorusRedOp_t op = chorusSum;
+    bool preMul = false;
+    uint64_t scalar = 0;
+  };
+  Op op(const chorusRedOp_t& o, chorusDataType_t dt) const {
+    const int v = rawEnum(o);
+    if (v < 0) bad(chorusInvalidArgument, "op={} is not a chorusRedOp_t", v);
+    if (v < chorusNumOps) {
+      if (kernels::isBitwise(o) && !kernels::isInteger(dt))
+        bad(chorusInvalidArgument, "op={} ({}) takes integer datatypes only, but datatype={} ({})", v,
+            kernels::redOpName(o), static_cast<int>(dt), kernels::dataTypeName(dt));
+      return {.op = o};
+    }
+    const std::optional<PreMulSumOp> made = comm.madeOps().find(o);
+    if (!made)
+      bad(chorusInvalidArgument, "op={} is neither a chorusRedOp_t nor an op of this communicator (destroyed by "
+          "chorusRedOpDestroy, made on another communicator, or never made)", v);
+    if (made->dtype != dt)
+      bad(chorusInvalidArgument, "op={} was made for datatype={} ({}) by chorusRedOpCreatePreMulSum, but "
+          "datatype={} ({})", v, static_cast<int>(made->dtype), kernels::dataTypeName(made->dtype),
+          static_cast<int>(dt), kernels::dataTypeName(dt));
+    return {.op = chorusSum, .preMul = true, .scalar = made->scalar};
+  }
+  // Per-rank counts (AllGatherV, ReduceScatterV): nranks entries, packed blocks in rank order. In bytes: the
+  // blocks in all, and this rank's (its offset and length).
+  struct Blocks {
+    size_t count = 0;  // elements in all
+    size_t total = 0, mineAt = 0, mine = 0;
+  };
+  Blocks blocks(const size_t* counts, size_t es) const {
+    const size_t n = static_cast<size_t>(comm.nranks()), me = static_cast<size_t>(comm.rank());
+    if (counts == nullptr) bad(chorusInvalidArgument, "recvcounts is NULL (it needs nranks={} entries)", n);
+    size_t sum = 0, before = 0;
+    for (size_t p = 0; p < n; ++p) {
+      if (p == me) before = sum;
+      if (__builtin_add_overflow(sum, counts[p], &sum))
+        bad(chorusInvalidArgument, "recvcounts[0] + ... + recvcounts[{}] overflows", p);
+    }
+    return {.count = sum,
+            .total = bytes(sum, es, 1, "the sum of recvcounts"),
+            .mineAt = before * es,
+            .mine = counts[me] * es};
   }
   void rank(int r, const char* name) const {
     if (r < 0 || r >= comm.nranks())
@@ -172,12 +217,13 @@ chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t coun
                                chorusRedOp_t op, chorusComm_t comm, chorusStream_t stream) {
   return submit(comm, "chorusAllReduce", stream, [&](const Check& c) {
     size_t n = c.bytes(count, c.dtype(datatype), 1, "count");
-    c.op(op);
+    const Check::Op o = c.op(op, datatype);
     c.ptr(sendbuff, "sendbuff", n);
     c.ptr(recvbuff, "recvbuff", n);
     c.overlap(sendbuff, n, recvbuff, n, recvbuff);
-    return CollArgs{OpKind::AllReduce, sendbuff, recvbuff, count, datatype, op, -1, false,
-                    c.space(n, sendbuff, recvbuff)};
+    return CollArgs{.kind = OpKind::AllReduce, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count,
+                    .dtype = datatype, .op = o.op, .preMul = o.preMul, .space = c.space(n, sendbuff, recvbuff),
+                    .scalar = o.scalar};
   });
 }
 
@@ -191,8 +237,9 @@ chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t coun
       c.overlap(sendbuff, n, recvbuff, n, recvbuff);
     }
     c.ptr(recvbuff, "recvbuff", n);
-    return CollArgs{OpKind::Broadcast, sendbuff, recvbuff, count, datatype, chorusSum, root, false,
-                    c.space(n, c.comm.rank() == root ? sendbuff : nullptr, recvbuff)};
+    return CollArgs{.kind = OpKind::Broadcast, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count,
+                    .dtype = datatype, .root = root,
+                    .space = c.space(n, c.comm.rank() == root ? sendbuff : nullptr, recvbuff)};
   });
 }
 
@@ -200,15 +247,16 @@ chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count, 
                             chorusRedOp_t op, int root, chorusComm_t comm, chorusStream_t stream) {
   return submit(comm, "chorusReduce", stream, [&](const Check& c) {
     size_t n = c.bytes(count, c.dtype(datatype), 1, "count");
-    c.op(op);
+    const Check::Op o = c.op(op, datatype);
     c.rank(root, "root");
     c.ptr(sendbuff, "sendbuff", n);
     if (c.comm.rank() == root) {
       c.ptr(recvbuff, "recvbuff (on the root)", n);
       c.overlap(sendbuff, n, recvbuff, n, recvbuff);
     }
-    return CollArgs{OpKind::Reduce, sendbuff, recvbuff, count, datatype, op, root, false,
-                    c.space(n, sendbuff, c.comm.rank() == root ? recvbuff : nullptr)};
+    return CollArgs{.kind = OpKind::Reduce, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count,
+                    .dtype = datatype, .op = o.op, .root = root, .preMul = o.preMul,
+                    .space = c.space(n, sendbuff, c.comm.rank() == root ? recvbuff : nullptr), .scalar = o.scalar};
   });
 }
 
@@ -221,8 +269,8 @@ chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t send
     c.ptr(sendbuff, "sendbuff", n);
     c.ptr(recvbuff, "recvbuff", total);
     c.overlap(sendbuff, n, recvbuff, total, static_cast<const char*>(recvbuff) + static_cast<size_t>(c.comm.rank()) * n);
-    return CollArgs{OpKind::AllGather, sendbuff, recvbuff, sendcount, datatype, chorusSum, -1, false,
-                    c.space(n, sendbuff, recvbuff)};
+    return CollArgs{.kind = OpKind::AllGather, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = sendcount,
+                    .dtype = datatype, .space = c.space(n, sendbuff, recvbuff)};
   });
 }
 
@@ -232,14 +280,82 @@ chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t 
     size_t es = c.dtype(datatype);
     size_t n = c.bytes(recvcount, es, 1, "recvcount");
     size_t total = c.bytes(recvcount, es, static_cast<size_t>(c.comm.nranks()), "recvcount");
-    c.op(op);
+    const Check::Op o = c.op(op, datatype);
     c.ptr(sendbuff, "sendbuff", total);
     c.ptr(recvbuff, "recvbuff", n);
     // In place means recvbuff == sendbuff + rank*recvcount; express it as "send starts where it must".
     const char* inPlaceSend = static_cast<const char*>(recvbuff) - static_cast<size_t>(c.comm.rank()) * n;
     c.overlap(sendbuff, total, recvbuff, n, inPlaceSend);
-    return CollArgs{OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, -1, false,
-                    c.space(n, sendbuff, recvbuff)};
+    return CollArgs{.kind = OpKind::ReduceScatter, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = recvcount,
+                    .dtype = datatype, .op = o.op, .preMul = o.preMul, .space = c.space(n, sendbuff, recvbuff),
+                    .scalar = o.scalar};
+  });
+}
+
+chorusResult_t chorusGather(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
+                            chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusGather", stream, [&](const Check& c) {
+    const size_t es = c.dtype(datatype);
+    const size_t n = c.bytes(count, es, 1, "count");
+    const size_t total = c.bytes(count, es, static_cast<size_t>(c.comm.nranks()), "count");
+    c.rank(root, "root");
+    c.ptr(sendbuff, "sendbuff", n);
+    const bool isRoot = c.comm.rank() == root;
+    if (isRoot) {
+      c.ptr(recvbuff, "recvbuff (on the root)", total);
+      c.overlap(sendbuff, n, recvbuff, total, static_cast<const char*>(recvbuff) + static_cast<size_t>(root) * n);
+    }
+    return CollArgs{.kind = OpKind::Gather, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count,
+                    .dtype = datatype, .root = root, .space = c.space(n, sendbuff, isRoot ? recvbuff : nullptr)};
+  });
+}
+
+chorusResult_t chorusScatter(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
+                             chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusScatter", stream, [&](const Check& c) {
+    const size_t es = c.dtype(datatype);
+    const size_t n = c.bytes(count, es, 1, "count");
+    const size_t total = c.bytes(count, es, static_cast<size_t>(c.comm.nranks()), "count");
+    c.rank(root, "root");
+    c.ptr(recvbuff, "recvbuff", n);
+    const bool isRoot = c.comm.rank() == root;
+    if (isRoot) {
+      c.ptr(sendbuff, "sendbuff (on the root)", total);
+      // In place means recvbuff == sendbuff + root*count: "send starts where it must".
+      c.overlap(sendbuff, total, recvbuff, n, static_cast<const char*>(recvbuff) - static_cast<size_t>(root) * n);
+    }
+    return CollArgs{.kind = OpKind::Scatter, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count,
+                    .dtype = datatype, .root = root, .space = c.space(n, isRoot ? sendbuff : nullptr, recvbuff)};
+  });
+}
+
+chorusResult_t chorusAllGatherV(const void* sendbuff, void* recvbuff, const size_t recvcounts[],
+                                chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream) {
+  return submit(comm, "chorusAllGatherV", stream, [&](const Check& c) {
+    const Check::Blocks b = c.blocks(recvcounts, c.dtype(datatype));
+    c.ptr(sendbuff, "sendbuff", b.mine);
+    c.ptr(recvbuff, "recvbuff", b.total);
+    c.overlap(sendbuff, b.mine, recvbuff, b.total, static_cast<const char*>(recvbuff) + b.mineAt);
+    return CollArgs{.kind = OpKind::AllGatherV, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = b.count,
+                    .dtype = datatype, .space = c.space(b.total, b.mine ? sendbuff : nullptr, recvbuff),
+                    .layout = std::vector<size_t>(recvcounts, recvcounts + c.comm.nranks())};
+  });
+}
+
+chorusResult_t chorusReduceScatterV(const void* sendbuff, void* recvbuff, const size_t recvcounts[],
+                                    chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                    chorusStream_t stream) {
+  return submit(comm, "chorusReduceScatterV", stream, [&](const Check& c) {
+    const Check::Blocks b = c.blocks(recvcounts, c.dtype(datatype));
+    const Check::Op o = c.op(op, datatype);
+    c.ptr(sendbuff, "sendbuff", b.total);
+    c.ptr(recvbuff, "recvbuff", b.mine);
+    // In place means recvbuff is this rank's block of sendbuff; a NULL recvbuff (an empty block) never is.
+    if (b.mine > 0) c.overlap(sendbuff, b.total, recvbuff, b.mine, static_cast<const char*>(recvbuff) - b.mineAt);
+    return CollArgs{.kind = OpKind::ReduceScatterV, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = b.count,
+                    .dtype = datatype, .op = o.op, .preMul = o.preMul,
+                    .space = c.space(b.total, sendbuff, b.mine ? recvbuff : nullptr),
+                    .layout = std::vector<size_t>(recvcounts, recvcounts + c.comm.nranks()), .scalar = o.scalar};
   });
 }
 
@@ -250,8 +366,8 @@ chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count
     c.ptr(sendbuff, "sendbuff", total);
     c.ptr(recvbuff, "recvbuff", total);
     c.overlap(sendbuff, total, recvbuff, total, nullptr);
-    return CollArgs{OpKind::AllToAll, sendbuff, recvbuff, count, datatype, chorusSum, -1, false,
-                    c.space(total, sendbuff, recvbuff)};
+    return CollArgs{.kind = OpKind::AllToAll, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count,
+                    .dtype = datatype, .space = c.space(total, sendbuff, recvbuff)};
   });
 }
 
@@ -283,8 +399,9 @@ chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t sendcounts[], 
     c.ptr(sendbuff, "sendbuff", sendBytes);
     c.ptr(recvbuff, "recvbuff", recvBytes);
     c.overlap(sendbuff, sendBytes, recvbuff, recvBytes, nullptr);
-    CollArgs a{OpKind::AllToAllv, sendbuff, recvbuff, 0, datatype, chorusSum, -1, false,
-               c.space(std::max(sendBytes, recvBytes), sendBytes ? sendbuff : nullptr, recvBytes ? recvbuff : nullptr)};
+    CollArgs a{.kind = OpKind::AllToAllv, .sendbuff = sendbuff, .recvbuff = recvbuff, .dtype = datatype,
+               .space = c.space(std::max(sendBytes, recvBytes), sendBytes ? sendbuff : nullptr,
+                                recvBytes ? recvbuff : nullptr)};
     a.layout.reserve(4 * n);
     for (const size_t* v : arrays) a.layout.insert(a.layout.end(), v, v + n);
     return a;
@@ -299,8 +416,8 @@ chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t d
     if (peer == c.comm.rank() && groupDepth() == 0)
       c.bad(chorusInvalidUsage, "peer={} is this rank itself: a Send to self needs its Recv in the same group", peer);
     c.ptr(sendbuff, "sendbuff", n);
-    return CollArgs{OpKind::Send, sendbuff, nullptr, count, datatype, chorusSum, peer, false,
-                    c.space(n, sendbuff, nullptr)};
+    return CollArgs{.kind = OpKind::Send, .sendbuff = sendbuff, .count = count, .dtype = datatype, .root = peer,
+                    .space = c.space(n, sendbuff, nullptr)};
   });
 }
 
@@ -312,8 +429,8 @@ chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatyp
     if (peer == c.comm.rank() && groupDepth() == 0)
       c.bad(chorusInvalidUsage, "peer={} is this rank itself: a Recv from self needs its Send in the same group", peer);
     c.ptr(recvbuff, "recvbuff", n);
-    return CollArgs{OpKind::Send, nullptr, recvbuff, count, datatype, chorusSum, peer, true,
-                    c.space(n, nullptr, recvbuff)};
+    return CollArgs{.kind = OpKind::Send, .recvbuff = recvbuff, .count = count, .dtype = datatype, .root = peer,
+                    .isRecv = true, .space = c.space(n, nullptr, recvbuff)};
   });
 }
 
@@ -330,7 +447,7 @@ chorusResult_t chorusRecvTagged(void* recvbuff, size_t count, chorusDataType_t d
 
 chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream) {
   return submit(comm, "chorusBarrier", stream, [&](const Check&) {
-    return CollArgs{OpKind::Barrier, nullptr, nullptr, 0, chorusUint8, chorusSum, -1, false, {}};
+    return CollArgs{.kind = OpKind::Barrier, .dtype = chorusUint8};
   });
 }
 

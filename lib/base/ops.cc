@@ -18,6 +18,10 @@ const char* opKindName(OpKind k) {
     case OpKind::Send: return "Send/Recv";
     case OpKind::Barrier: return "Barrier";
     case OpKind::Tagged: return "tagged Send/Recv";
+    case OpKind::Gather: return "Gather";
+    case OpKind::Scatter: return "Scatter";
+    case OpKind::AllGatherV: return "AllGatherV";
+    case OpKind::ReduceScatterV: return "ReduceScatterV";
     case OpKind::None: break;
   }
   return "an unknown operation";
@@ -29,13 +33,33 @@ namespace {
 std::string typeName(uint8_t v) {
   return v <= chorusBfloat16 ? kernels::dataTypeName(static_cast<chorusDataType_t>(v)) : fmt::format("datatype #{}", v);
 }
-std::string opName(uint8_t v) {
-  return v <= chorusAvg ? kernels::redOpName(static_cast<chorusRedOp_t>(v)) : fmt::format("op #{}", v);
+// "recvcounts totalling 12 (fingerprint 3fa2c1)"; a saturated total is a lower bound.
+std::string countsText(uint64_t tag) {
+  const uint64_t total = countsTotal(tag);
+  const bool saturated = total == countsTotal(~uint64_t{0});
+  return fmt::format("recvcounts totalling {}{} (fingerprint {:06x})", saturated ? "at least " : "", total,
+                     countsFingerprint(tag));
 }
 }  // namespace
 
+std::string redOpTagName(uint8_t v) {
+  if (v < chorusNumOps) return kernels::redOpName(static_cast<chorusRedOp_t>(v));
+  return v == kPreMulSumTag ? "premulsum" : fmt::format("op #{}", v);
+}
+
+uint64_t countsTag(const size_t* counts, size_t n) {
+  uint64_t total = 0, h = 0xcbf29ce484222325ull;  // FNV-1a over the counts
+  constexpr uint64_t kMaxTotal = (uint64_t{1} << kCountsTotalBits) - 1;
+  for (size_t i = 0; i < n; ++i) {
+    total = counts[i] > kMaxTotal - total ? kMaxTotal : total + counts[i];
+    for (int b = 0; b < 64; b += 8) h = (h ^ ((counts[i] >> b) & 0xff)) * 0x100000001b3ull;
+  }
+  const uint64_t fingerprint = (h ^ (h >> 24) ^ (h >> 48)) & 0xffffff;
+  return fingerprint << kCountsTotalBits | total;
+}
+
 std::string describe(const OpTag& t) {
-  const std::string dt = typeName(t.dtype), op = opName(t.redop);
+  const std::string dt = typeName(t.dtype), op = redOpTagName(t.redop);
   switch (t.kind) {
     case OpKind::Barrier:
       return fmt::format("Barrier (call #{})", t.seq);
@@ -45,7 +69,13 @@ std::string describe(const OpTag& t) {
       return t.root == kEnvelopeRoot ? fmt::format("the next tagged message between this pair (#{})", t.seq)
                                      : fmt::format("tagged message #{} between this pair ({} bytes)", t.seq, t.count);
     case OpKind::Broadcast:
-      return fmt::format("Broadcast (call #{}, count {}, {}, root {})", t.seq, t.count, dt, t.root);
+    case OpKind::Gather:
+    case OpKind::Scatter:
+      return fmt::format("{} (call #{}, count {}, {}, root {})", opKindName(t.kind), t.seq, t.count, dt, t.root);
+    case OpKind::AllGatherV:
+      return fmt::format("AllGatherV (call #{}, {}, {})", t.seq, countsText(t.count), dt);
+    case OpKind::ReduceScatterV:
+      return fmt::format("ReduceScatterV (call #{}, {}, {}, {})", t.seq, countsText(t.count), dt, op);
     case OpKind::Reduce:
       return fmt::format("Reduce (call #{}, count {}, {}, {}, root {})", t.seq, t.count, dt,
                          op, t.root);

@@ -13,9 +13,13 @@
 
 namespace chorus {
 
+// Values travel in every message's tag (and a plugin's): new kinds go at the end.
 enum class OpKind : uint8_t {
-  None = 0, AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Barrier, AllToAllv, Tagged
+  None = 0, AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send, Barrier, AllToAllv, Tagged,
+  Gather, Scatter, AllGatherV, ReduceScatterV
 };
+// The kinds with a count per rank (CollArgs::layout), whose tag's count is countsTag of those counts.
+inline bool perRankCounts(OpKind k) { return k == OpKind::AllGatherV || k == OpKind::ReduceScatterV; }
 
 struct OpTag {
   uint64_t seq = 0;    // collective sequence number, or the n-th Send/Recv between this pair
@@ -27,8 +31,22 @@ struct OpTag {
   uint8_t pad = 0;  // explicit, so that the plugin ABI's tag (transports/plugin.h) is this struct bit for bit
   bool operator==(const OpTag&) const = default;
 };
-std::string describe(const OpTag& tag);
-const char* opKindName(OpKind k);  // "AllReduce", "Send/Recv", ...  // "AllReduce #5 (count 10, float32, sum)"
+std::string describe(const OpTag& tag);  // "AllReduce (call #5, count 10, float32, sum)"
+const char* opKindName(OpKind k);        // "AllReduce", "Send/Recv", ...
+
+// A tag's redop for PreMulSum: the call reduces with chorusSum, but a rank calling Sum against one calling
+// PreMulSum must meet a mismatch (Note [Message tags]).
+constexpr uint8_t kPreMulSumTag = chorusNumOps;
+std::string redOpTagName(uint8_t redop);  // "sum" ... "bxor", "premulsum"; "op #N" otherwise
+
+// Note [Counts in tags]: the kinds with a count per rank (AllGatherV, ReduceScatterV) put in their tag's count,
+// instead of one count, the total of the counts (its low 40 bits; saturated) and a 24-bit fingerprint of the
+// whole list (above them), so ranks that pass different counts meet a mismatch at their first message, whatever
+// they disagree on, and describe() can still say how many elements each call moves.
+uint64_t countsTag(const size_t* counts, size_t n);
+constexpr int kCountsTotalBits = 40;
+inline uint64_t countsTotal(uint64_t tag) { return tag & ((uint64_t{1} << kCountsTotalBits) - 1); }
+inline uint32_t countsFingerprint(uint64_t tag) { return static_cast<uint32_t>(tag >> kCountsTotalBits); }
 
 // Note [Message classes]: between two ranks, messages form two classes, each delivered in the order it was
 // posted and each travelling apart from the other: tagged point-to-point's (kind Tagged: lib/comm/tagged.h) and
@@ -71,20 +89,27 @@ struct Request {
 // communicator's, alive for as long as the transport, where another's may be gone once its operation ended.
 inline bool optional(const OpTag& t, const Request* req) { return standing(t) && req->optional; }
 
-// One recorded call, as validated at the API.
+// One recorded call, as validated at the API. Its fields are ordered to keep it small: a queued call is stored
+// in its task (Note [Allocation-free queueing] in lib/api/group.cc).
 struct CollArgs {
   OpKind kind = OpKind::None;
   const void* sendbuff = nullptr;
   void* recvbuff = nullptr;
-  size_t count = 0;  // the call's count argument (per-rank block for AllGather/ReduceScatter/AllToAll)
+  // The call's count argument (per-rank block for AllGather/ReduceScatter/AllToAll/Gather/Scatter); for
+  // AllGatherV/ReduceScatterV the sum of the counts.
+  size_t count = 0;
   chorusDataType_t dtype = chorusFloat32;
-  chorusRedOp_t op = chorusSum;
-  int root = -1;  // Broadcast/Reduce root, or the peer of a Send/Recv
+  chorusRedOp_t op = chorusSum;  // a built-in op (a PreMulSum's is chorusSum, with preMul set)
+  int root = -1;  // Broadcast/Reduce/Gather/Scatter root, or the peer of a Send/Recv
   bool isRecv = false;  // Send kind only: this side receives
-  mem::Space space;  // where sendbuff and recvbuff live (classified once, at the API)
-  // AllToAllv only: sendcounts, sdispls, recvcounts, rdispls, nranks entries each, in elements (copied at the
-  // API: the caller's arrays need not outlive the call).
+  // PreMulSum (Note [PreMulSum] in lib/comm/collectives.cc): the input is first multiplied by this rank's
+  // scalar, `scalar`'s first dtype-size bytes.
+  bool preMul = false;
+  mem::Space space = {};  // where sendbuff and recvbuff live (classified once, at the API)
+  // In elements, copied at the API (the caller's arrays need not outlive the call): AllToAllv's sendcounts,
+  // sdispls, recvcounts, rdispls (nranks entries each); AllGatherV's and ReduceScatterV's recvcounts.
   std::vector<size_t> layout = {};
+  uint64_t scalar = 0;
 };
 
 // A pipeline chunk by size: steps of ascending fromBytes, the first from 0; a size takes the chunk of the last

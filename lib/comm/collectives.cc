@@ -13,9 +13,9 @@ namespace chorus {
 TaggedCall tagCall(Comm& comm, const CollArgs& a) {
   TaggedCall t{a, {}};
   t.tag.kind = a.kind;
-  t.tag.count = a.count;
+  t.tag.count = perRankCounts(a.kind) ? countsTag(a.layout.data(), a.layout.size()) : a.count;
   t.tag.dtype = static_cast<uint8_t>(a.dtype);
-  t.tag.redop = static_cast<uint8_t>(a.op);
+  t.tag.redop = a.preMul ? kPreMulSumTag : static_cast<uint8_t>(a.op);
   t.tag.root = a.root;
   if (a.kind == OpKind::Send) {
     t.tag.seq = a.isRecv ? comm.nextRecvSeq(a.root) : comm.nextSendSeq(a.root);
@@ -25,7 +25,8 @@ TaggedCall tagCall(Comm& comm, const CollArgs& a) {
     t.tag.seq = comm.nextCollSeq();
   }
   if (a.kind == OpKind::AllGather || a.kind == OpKind::AllToAll || a.kind == OpKind::AllToAllv ||
-      a.kind == OpKind::Broadcast || a.kind == OpKind::Barrier)
+      a.kind == OpKind::Broadcast || a.kind == OpKind::Barrier || a.kind == OpKind::Gather ||
+      a.kind == OpKind::Scatter || a.kind == OpKind::AllGatherV)
     t.tag.redop = 0;
   return t;
 }
@@ -57,11 +58,40 @@ void allReduce(Comm& comm, const TaggedCall& c) {
   algo::ringAllReduce(comm, c.tag, a);
 }
 
-void runOne(Comm& comm, const TaggedCall& c) {
+// Note [PreMulSum]: a call with an op of chorusRedOpCreatePreMulSum arrives with op chorusSum, preMul set and this
+// rank's scalar (copied at the API, so destroying the op after issuing the call changes nothing). Its input is
+// multiplied into scratch memory of the call's space (sendbuff is never written, in place included), and the call
+// then runs as an ordinary sum of that, out of place, through every algorithm unchanged. Its tag says premulsum
+// (kPreMulSumTag), so a rank calling Sum against one calling PreMulSum meets a mismatch. Device memory gets the
+// multiply without a kernel of its own in the memory plugin's ABI: a device scratch filled with the scalar
+// (copied once from the host, then doubled by device copies) and a chorusProd reduce, the product rounded as
+// chorusProd rounds, as on the host.
+constexpr int kPreMulSlot = 3, kScalarSlot = 4;  // scratch slots no algorithm uses
+
+void multiplyInto(Comm& comm, uint8_t* dst, const CollArgs& a, size_t count) {
+  if (count == 0) return;  // an empty ReduceScatterV
+  if (a.space.isHost()) return kernels::multiply(dst, a.sendbuff, count, a.dtype, &a.scalar);
+  const size_t es = kernels::dataTypeSize(a.dtype);
+  uint8_t* scalars = comm.scratch(a.space, count * es, kScalarSlot);
+  a.space.copy(scalars, &a.scalar, es);
+  for (size_t have = 1; have < count; have *= 2)
+    a.space.copy(scalars + have * es, scalars, std::min(have, count - have) * es);
+  a.space.reduce(dst, a.sendbuff, scalars, count, a.dtype, chorusProd);
+}
+
+TaggedCall preMultiplied(Comm& comm, const TaggedCall& c) {
   const CollArgs& a = c.args;
-  comm.beginCall(a.space);
-  CHORUS_DEBUG(kColl, "{} {} sendbuff {} recvbuff {}", comm.name(), describe(c.tag), a.sendbuff,
-               a.recvbuff);
+  const size_t count = a.kind == OpKind::ReduceScatter ? a.count * static_cast<size_t>(comm.nranks()) : a.count;
+  uint8_t* in = comm.scratch(a.space, count * kernels::dataTypeSize(a.dtype), kPreMulSlot);
+  multiplyInto(comm, in, a, count);
+  TaggedCall m = c;
+  m.args.sendbuff = in;
+  m.args.preMul = false;
+  return m;
+}
+
+void runAlgorithm(Comm& comm, const TaggedCall& c) {
+  const CollArgs& a = c.args;
   switch (a.kind) {
     case OpKind::AllReduce: return allReduce(comm, c);
     case OpKind::ReduceScatter: return algo::ringReduceScatter(comm, c.tag, a);
@@ -70,6 +100,10 @@ void runOne(Comm& comm, const TaggedCall& c) {
     case OpKind::Reduce: return algo::chainReduce(comm, c.tag, a);
     case OpKind::AllToAll: return algo::directAllToAll(comm, c.tag, a);
     case OpKind::AllToAllv: return algo::directAllToAllv(comm, c.tag, a);
+    case OpKind::Gather: return algo::directGather(comm, c.tag, a);
+    case OpKind::Scatter: return algo::directScatter(comm, c.tag, a);
+    case OpKind::AllGatherV: return algo::ringAllGatherV(comm, c.tag, a);
+    case OpKind::ReduceScatterV: return algo::ringReduceScatterV(comm, c.tag, a);
     case OpKind::Barrier: return algo::disseminationBarrier(comm, c.tag);
     case OpKind::Send:
     case OpKind::Tagged:  // never recorded as a call (lib/comm/tagged.h)
@@ -77,10 +111,20 @@ void runOne(Comm& comm, const TaggedCall& c) {
   }
 }
 
+void runOne(Comm& comm, const TaggedCall& c) {
+  comm.beginCall(c.args.space);
+  CHORUS_DEBUG(kColl, "{} {} sendbuff {} recvbuff {}", comm.name(), describe(c.tag), c.args.sendbuff,
+               c.args.recvbuff);
+  if (c.args.preMul) return runAlgorithm(comm, preMultiplied(comm, c));
+  runAlgorithm(comm, c);
+}
+
 // False for a call with nothing to move. It still took its sequence number, so a rank that disagrees about the
 // count meets a mismatch at its next message. An AllToAllv always runs: its counts differ per pair (count is 0).
+// So do AllGatherV and ReduceScatterV, even with every count 0, so that a rank that disagrees (a count of its own
+// list that is not 0) meets the mismatch in this call, from an empty message, instead of waiting for one.
 bool movesData(const CollArgs& a) {
-  return a.count != 0 || a.kind == OpKind::Barrier || a.kind == OpKind::AllToAllv;
+  return a.count != 0 || a.kind == OpKind::Barrier || a.kind == OpKind::AllToAllv || perRankCounts(a.kind);
 }
 
 // A group's Sends to self and Recvs from self pair up in order and become copies.

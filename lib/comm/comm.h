@@ -22,6 +22,7 @@
 #include "lib/comm/executor.h"
 #include "lib/comm/flight_recorder.h"
 #include "lib/comm/liveness.h"
+#include "lib/comm/made_ops.h"
 #include "lib/comm/rendezvous.h"
 #include "lib/comm/tagged.h"
 #include "lib/base/socket.h"
@@ -59,6 +60,8 @@ class Comm : public algo::Context {
   std::string name() const { return peer(rank()).name(); }
   Executor& executor() { return *executor_; }
   Tagged& tagged() { return *tagged_; }
+  // The ops its user made (chorusRedOpCreatePreMulSum); any thread.
+  MadeOps& madeOps() { return madeOps_; }
 
   // Tagged point-to-point's messages: host memory, straight to the peer's transport (executing thread only).
   void hostIsend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) {
@@ -167,6 +170,7 @@ class Comm : public algo::Context {
   mem::Space space_;  // the device current at creation (host: none)
   transport::Setup setup_;
   std::unique_ptr<Tagged> tagged_;  // before transports_: its buffers outlive their posted receives
+  MadeOps madeOps_;
   unsigned taggedLooks_ = 0;        // progress() calls, for looking at idle tagged traffic now and then
   std::vector<std::unique_ptr<transport::Transport>> transports_;  // in this rank's order of preference
   std::vector<const transport::Descriptor*> descriptors_;         // of each of transports_

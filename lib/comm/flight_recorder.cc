@@ -23,11 +23,15 @@ const char* algorithmName(OpKind kind, uint8_t code) {
   if (code != 0) return algo::algoName(static_cast<algo::AllReduceAlgo>(code - 1));
   switch (kind) {
     case OpKind::AllGather:
-    case OpKind::ReduceScatter: return "ring";
+    case OpKind::ReduceScatter:
+    case OpKind::AllGatherV:
+    case OpKind::ReduceScatterV: return "ring";
     case OpKind::Broadcast:
     case OpKind::Reduce: return "chain";
     case OpKind::AllToAll:
-    case OpKind::AllToAllv: return "direct";
+    case OpKind::AllToAllv:
+    case OpKind::Gather:
+    case OpKind::Scatter: return "direct";
     case OpKind::Barrier: return "dissemination";
     case OpKind::Send: return "point-to-point";
     default: return "not chosen yet";
@@ -106,11 +110,14 @@ std::string FlightRecorder::json() const {
     const auto k = static_cast<OpKind>(kind);
     const bool collective = k != OpKind::Send;
     if (out.size() > 1) out += ',';
-    out += fmt::format(R"({{"seq":{},"op":"{}","count":{},"dtype":"{}")", seq, opKindName(k), count,
+    // The V kinds' count: the total of their counts (Note [Counts in tags]).
+    out += fmt::format(R"({{"seq":{},"op":"{}","count":{},"dtype":"{}")", seq, opKindName(k),
+                       perRankCounts(k) ? countsTotal(count) : count,
                        kernels::dataTypeName(static_cast<chorusDataType_t>(dtype)));
-    if (k == OpKind::AllReduce || k == OpKind::Reduce || k == OpKind::ReduceScatter)
-      out += fmt::format(R"(,"redop":"{}")", kernels::redOpName(static_cast<chorusRedOp_t>(redop)));
-    if (k == OpKind::Broadcast || k == OpKind::Reduce) out += fmt::format(R"(,"root":{})", root);
+    if (k == OpKind::AllReduce || k == OpKind::Reduce || k == OpKind::ReduceScatter || k == OpKind::ReduceScatterV)
+      out += fmt::format(R"(,"redop":"{}")", redOpTagName(redop));
+    if (k == OpKind::Broadcast || k == OpKind::Reduce || k == OpKind::Gather || k == OpKind::Scatter)
+      out += fmt::format(R"(,"root":{})", root);
     if (!collective) out += fmt::format(R"(,"calls":{})", calls);
     out += fmt::format(R"(,"algo":"{}","state":"{}","started_ms_ago":{:.0f})", algorithmName(k, algo),
                        state == kRunning ? "running" : state == kDone ? "done" : "failed", (now - startNs) / 1e6);

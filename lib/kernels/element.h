@@ -160,17 +160,26 @@ template <> struct Elem<chorusBfloat16> : BHalf {};
 
 template <chorusDataType_t D>
 using Storage = typename Elem<D>::S;
+// The datatypes the bitwise ops take.
+template <chorusDataType_t D>
+constexpr bool kInteger = std::is_integral_v<typename Elem<D>::C>;
 
 // ---- ops on compute values ----
 
 // Integer sum/prod wrap (through the unsigned type: no UB). Max/min are (a > b ? a : b) / (a < b ? a : b) for
-// every type, what maxps/minps do: b when either is NaN, and b for +0 against -0. Avg reduces as Sum.
+// every type, what maxps/minps do: b when either is NaN, and b for +0 against -0. Avg reduces as Sum. Band/Bor/Bxor
+// work on the bits of integers only.
 template <chorusRedOp_t Op, class C>
 CHORUS_HD inline C combine(C a, C b) {
   if constexpr (Op == chorusMax) {
     return a > b ? a : b;
   } else if constexpr (Op == chorusMin) {
     return a < b ? a : b;
+  } else if constexpr (Op == chorusBand || Op == chorusBor || Op == chorusBxor) {
+    static_assert(std::is_integral_v<C>, "the bitwise ops take integer datatypes only");
+    if constexpr (Op == chorusBand) return C(a & b);
+    else if constexpr (Op == chorusBor) return C(a | b);
+    else return C(a ^ b);
   } else if constexpr (std::is_integral_v<C>) {
     using U = std::make_unsigned_t<C>;
     if constexpr (Op == chorusProd) return C(U(U(a) * U(b)));

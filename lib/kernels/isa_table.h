@@ -11,9 +11,9 @@ using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count)
 using ScaleFn = void (*)(void* buf, size_t count, int divisor);
 
 constexpr int kNumTypes = 10;  // chorusInt8 .. chorusBfloat16
-constexpr int kNumOps = 4;     // sum, prod, max, min (avg reduces as sum)
+constexpr int kNumOps = 7;     // sum, prod, max, min, band, bor, bxor (avg reduces as sum)
 
-// A null entry means "use the portable kernel".
+// A null entry means "use the portable kernel" (which has none for the bitwise ops of floating-point types).
 struct IsaTable {
   ReduceFn reduce[kNumTypes][kNumOps];
   ScaleFn scale[kNumTypes];

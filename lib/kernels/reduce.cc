@@ -116,6 +116,20 @@ struct Min {
   static C f(C a, C b) { return a < b ? a : b; }
 };
 
+// Bitwise ops, integer types only (opApplies).
+struct Band {
+  template <class C>
+  static C f(C a, C b) { return C(a & b); }
+};
+struct Bor {
+  template <class C>
+  static C f(C a, C b) { return C(a | b); }
+};
+struct Bxor {
+  template <class C>
+  static C f(C a, C b) { return C(a ^ b); }
+};
+
 template <class Codec, class Op>
 void portableReduce(void* dst, const void* a, const void* b, size_t n) {
   using S = typename Codec::S;
@@ -164,6 +178,11 @@ constexpr void fillType(IsaTable& t, chorusDataType_t dt) {
   t.reduce[dt][1] = &portableReduce<Codec, Prod>;
   t.reduce[dt][2] = &portableReduce<Codec, Max>;
   t.reduce[dt][3] = &portableReduce<Codec, Min>;
+  if constexpr (std::is_integral_v<typename Codec::C>) {
+    t.reduce[dt][4] = &portableReduce<Codec, Band>;
+    t.reduce[dt][5] = &portableReduce<Codec, Bor>;
+    t.reduce[dt][6] = &portableReduce<Codec, Bxor>;
+  }
   t.scale[dt] = &portableScale<Codec>;
 }
 
@@ -187,7 +206,7 @@ constinit const IsaTable kPortable = makePortable();
 
 struct Isa {
   const char* name;
-  const IsaTable* table;  // complete: every entry non-null
+  const IsaTable* table;  // complete: every entry of an op that applies (opApplies) non-null
 };
 
 // Fills the SIMD table's gaps with portable kernels. Only copies pointers: no ISA-specific code runs here.
@@ -252,7 +271,8 @@ const Isa& active() {
   return *isa;
 }
 
-int opIndex(chorusRedOp_t op) { return op == chorusAvg ? 0 : int(op); }
+// The table's column: avg reduces as sum, and the bitwise ops follow min.
+int opIndex(chorusRedOp_t op) { return op == chorusAvg ? 0 : op > chorusAvg ? int(op) - 1 : int(op); }
 
 // ---- conversion between floating-point types (DDP's gradient compression) ----
 
@@ -293,7 +313,7 @@ bool convertFrom(void* dst, chorusDataType_t to, const void* src, size_t n, doub
 
 bool dataTypeValid(chorusDataType_t dt) { return dataTypeSize(dt) != 0; }
 
-bool redOpValid(chorusRedOp_t op) { return int(op) >= int(chorusSum) && int(op) <= int(chorusAvg); }
+bool redOpValid(chorusRedOp_t op) { return int(op) >= int(chorusSum) && int(op) < int(chorusNumOps); }
 
 const char* dataTypeName(chorusDataType_t dt) {
   static const char* const kNames[] = {"int8",    "uint8",   "int32",   "uint32",  "int64",
@@ -302,12 +322,12 @@ const char* dataTypeName(chorusDataType_t dt) {
 }
 
 const char* redOpName(chorusRedOp_t op) {
-  static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
+  static const char* const kNames[] = {"sum", "prod", "max", "min", "avg", "band", "bor", "bxor"};
   return redOpValid(op) ? kNames[op] : "unknown";
 }
 
 void reduce(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt, chorusRedOp_t op) {
-  if (count == 0 || !dataTypeValid(dt) || !redOpValid(op)) return;
+  if (count == 0 || !opApplies(op, dt)) return;
   active().table->reduce[dt][opIndex(op)](dst, a, b, count);
 }
 

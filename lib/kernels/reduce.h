@@ -18,19 +18,30 @@ inline size_t dataTypeSize(chorusDataType_t dt) {
   return 0;
 }
 bool dataTypeValid(chorusDataType_t dt);
-bool redOpValid(chorusRedOp_t op);
+bool redOpValid(chorusRedOp_t op);  // a built-in op: chorusSum .. chorusBxor
 const char* dataTypeName(chorusDataType_t dt);  // "int8" ... "bfloat16"; "unknown" otherwise
-const char* redOpName(chorusRedOp_t op);        // "sum", "prod", "max", "min", "avg"; "unknown" otherwise
+const char* redOpName(chorusRedOp_t op);        // "sum", "prod", "max", "min", "avg", "band", "bor", "bxor"; "unknown"
+inline bool isInteger(chorusDataType_t dt) { return int(dt) >= int(chorusInt8) && int(dt) <= int(chorusUint64); }
+inline bool isBitwise(chorusRedOp_t op) { return op == chorusBand || op == chorusBor || op == chorusBxor; }
+// Whether reduce computes op for dt: every built-in op for integers, all but the bitwise ones for the others.
+inline bool opApplies(chorusRedOp_t op, chorusDataType_t dt) {
+  return redOpValid(op) && dataTypeValid(dt) && (!isBitwise(op) || isInteger(dt));
+}
 
 // dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (same pointer); any alignment.
 // chorusAvg reduces like chorusSum (the caller divides at the end with scaleDivide).
 // Integers wrap; float16/bfloat16 compute in float32 and round to nearest even when storing.
-// Max/min of floats: (a > b ? a : b) / (a < b ? a : b). Invalid dt/op: no-op (callers validate first).
+// Max/min of floats: (a > b ? a : b) / (a < b ? a : b). Band/bor/bxor: on the bits, integers only. An invalid
+// dt/op, or one that does not apply (opApplies): no-op (callers validate first).
 void reduce(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt, chorusRedOp_t op);
 
 // buf[i] = buf[i] / divisor (Avg's final step). Integers truncate toward zero as C division (unsigned types
 // convert divisor as C does); float16/bfloat16 via float32. divisor == 0: no-op.
 void scaleDivide(void* buf, size_t count, chorusDataType_t dt, int divisor);
+
+// dst[i] = src[i] * scalar (PreMulSum's first step; scalar: one element of dt), rounded as reduce's chorusProd:
+// integers wrap, float16/bfloat16 compute in float32. dst may be src; any alignment. Invalid dt: no-op.
+void multiply(void* dst, const void* src, size_t count, chorusDataType_t dt, const void* scalar);
 
 // dst[i] = src[i] / divisor, converted between floating-point types (float16, bfloat16, float32, float64;
 // computed in double, rounded to nearest even when narrowing). dst and src must not overlap. False (nothing

@@ -153,6 +153,17 @@ struct IMin {
   }
 };
 
+// Bitwise ops: the same for every element width.
+struct IAnd {
+  static __m256i f(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
+};
+struct IOr {
+  static __m256i f(__m256i a, __m256i b) { return _mm256_or_si256(a, b); }
+};
+struct IXor {
+  static __m256i f(__m256i a, __m256i b) { return _mm256_xor_si256(a, b); }
+};
+
 template <class Codec>
 void scaleFloat(void* buf, size_t n, int divisor) {
   if constexpr (Codec::kElem == 8) scaleLoop<Codec, FDiv>(buf, n, _mm256_set1_pd(double(divisor)));
@@ -165,6 +176,9 @@ constexpr void fillInt(IsaTable& t, chorusDataType_t dt) {
   t.reduce[dt][1] = &binaryLoop<IntCodec<E>, IMul<E>>;
   t.reduce[dt][2] = &binaryLoop<IntCodec<E>, IMax<E, Signed>>;
   t.reduce[dt][3] = &binaryLoop<IntCodec<E>, IMin<E, Signed>>;
+  t.reduce[dt][4] = &binaryLoop<IntCodec<E>, IAnd>;
+  t.reduce[dt][5] = &binaryLoop<IntCodec<E>, IOr>;
+  t.reduce[dt][6] = &binaryLoop<IntCodec<E>, IXor>;
 }
 
 template <class Codec>

@@ -151,6 +151,17 @@ struct IMin {
   }
 };
 
+// Bitwise ops: the same for every element width.
+struct IAnd {
+  static __m512i f(__m512i a, __m512i b) { return _mm512_and_si512(a, b); }
+};
+struct IOr {
+  static __m512i f(__m512i a, __m512i b) { return _mm512_or_si512(a, b); }
+};
+struct IXor {
+  static __m512i f(__m512i a, __m512i b) { return _mm512_xor_si512(a, b); }
+};
+
 template <class Codec>
 void scaleFloat(void* buf, size_t n, int divisor) {
   if constexpr (Codec::kElem == 8) scaleLoop<Codec, FDiv>(buf, n, _mm512_set1_pd(double(divisor)));
@@ -163,6 +174,9 @@ constexpr void fillInt(IsaTable& t, chorusDataType_t dt) {
   t.reduce[dt][1] = &binaryLoop<IntCodec<E>, IMul<E>>;
   t.reduce[dt][2] = &binaryLoop<IntCodec<E>, IMax<E, Signed>>;
   t.reduce[dt][3] = &binaryLoop<IntCodec<E>, IMin<E, Signed>>;
+  t.reduce[dt][4] = &binaryLoop<IntCodec<E>, IAnd>;
+  t.reduce[dt][5] = &binaryLoop<IntCodec<E>, IOr>;
+  t.reduce[dt][6] = &binaryLoop<IntCodec<E>, IXor>;
 }
 
 template <class Codec>

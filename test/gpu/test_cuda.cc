@@ -51,6 +51,11 @@ TEST_P(CudaMatrix, EveryOtherCollectiveOverGpuMemoryEqualsHost) {
   runMatrix(gCuda, GetParam(), "AUTO", kAllButAllReduce);
 }
 
+TEST_P(CudaMatrix, GatherScatterAndPerRankCountsOverGpuMemoryEqualHost) {
+  REQUIRE_GPU();
+  runMatrix(gCuda, GetParam(), "AUTO", kGatherScatterV);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, CudaMatrix, ::testing::Values(2, 4));
 
 // Ranks as processes (cuda_rank_matrix under chorusrun): device IPC between them opens each other's allocations

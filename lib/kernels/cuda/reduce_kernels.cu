@@ -127,12 +127,20 @@ cudaError_t reduceSources(void* dst, const Sources& src, size_t count, chorusDat
       case chorusProd: return launch<D, chorusProd, false>(d, src, count, 0, stream);
       case chorusMax: return launch<D, chorusMax, false>(d, src, count, 0, stream);
       case chorusMin: return launch<D, chorusMin, false>(d, src, count, 0, stream);
+      case chorusBand: case chorusBor: case chorusBxor:
+        if constexpr (elem::kInteger<D>) {
+          if (op == chorusBand) return launch<D, chorusBand, false>(d, src, count, 0, stream);
+          if (op == chorusBor) return launch<D, chorusBor, false>(d, src, count, 0, stream);
+          return launch<D, chorusBxor, false>(d, src, count, 0, stream);
+        }
+        break;  // floating-point datatypes have no bitwise ops
+      default: break;
     }
     return cudaErrorInvalidValue;
   }, cudaErrorInvalidValue);
 }
 
-bool validOp(chorusRedOp_t op) { return int(op) >= int(chorusSum) && int(op) <= int(chorusAvg); }
+bool validOp(chorusRedOp_t op) { return int(op) >= int(chorusSum) && int(op) < int(chorusNumOps); }
 bool validType(chorusDataType_t dt) { return int(dt) >= int(chorusInt8) && int(dt) <= int(chorusBfloat16); }
 
 }  // namespace

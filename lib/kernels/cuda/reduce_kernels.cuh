@@ -14,7 +14,7 @@ namespace chorus::kernels::gpu {
 constexpr int kCudaMaxSources = 8;
 
 // All three enqueue on stream and return the launch's error (cudaErrorInvalidValue for an invalid dt, op, n or
-// null pointer with count > 0). Pointers are device memory, any alignment: 16-byte vector loads and stores where
+// null pointer with count > 0, and for a bitwise op of a floating-point dt). Pointers are device memory, any alignment: 16-byte vector loads and stores where
 // all of a call's pointers sit equally far from a 16-byte boundary, element by element otherwise. count == 0
 // enqueues nothing.
 
