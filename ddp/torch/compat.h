@@ -40,6 +40,22 @@ constexpr c10d::OpType kCoalescedOpType = c10d::OpType::COALESCED;
 constexpr c10d::OpType kCoalescedOpType = c10d::OpType::UNKNOWN;  // 1.13 has no COALESCED
 #endif
 
+// PREMUL_SUM's factor as torch holds it: a double, or a one-element tensor (1.13 kept one tensor per device).
+struct PreMulFactor {
+  double value = 0;
+  at::Tensor tensor;  // undefined: the double
+};
+inline PreMulFactor preMulFactor(const c10d::ReduceOp& op) {
+  const auto* s = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(s != nullptr, "chorus: ReduceOp.PREMUL_SUM came without its factor (make it with ",
+              "torch.distributed._make_nccl_premul_sum)");
+#if CHORUS_TORCH_BACKEND
+  return {.value = s->double_factor, .tensor = s->tensor_factor};
+#else
+  return {.value = s->double_factor, .tensor = s->tensor_factors.empty() ? at::Tensor() : s->tensor_factors[0]};
+#endif
+}
+
 // A communication failure as torch raises one: DistBackendError where it exists.
 [[noreturn]] inline void throwBackendError(const std::string& text) {
 #if CHORUS_TORCH_BACKEND

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "ddp/torch/compat.h"
+
 namespace chorus::torchpg {
 
 chorusDataType_t dataType(const at::Tensor& t, const char* what) {
@@ -21,22 +23,48 @@ chorusDataType_t dataType(const at::Tensor& t, const char* what) {
               "(int8, uint8, bool, int32, int64, float16, bfloat16, float32, float64 are supported)");
 }
 
-chorusRedOp_t redOp(const c10d::ReduceOp& op, const at::Tensor& t) {
-  const bool isBool = t.scalar_type() == at::kBool;
+Reduction reduction(const c10d::ReduceOp& op, const at::Tensor& t) {
+  const at::ScalarType type = t.scalar_type();
+  const bool isBool = type == at::kBool, isInteger = at::isIntegralType(type, /*includeBool=*/true);
+  const char* names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM", "UNUSED"};
+  const char* name = names[op.op_ < 10 ? op.op_ : 9];
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return isBool ? chorusMax : chorusSum;
-    case c10d::ReduceOp::PRODUCT: return isBool ? chorusMin : chorusProd;
-    case c10d::ReduceOp::MIN: return chorusMin;
-    case c10d::ReduceOp::MAX: return chorusMax;
+    case c10d::ReduceOp::SUM: return {.op = isBool ? chorusMax : chorusSum, .factor = {}};
+    case c10d::ReduceOp::PRODUCT: return {.op = isBool ? chorusMin : chorusProd, .factor = {}};
+    case c10d::ReduceOp::MIN: return {.op = chorusMin, .factor = {}};
+    case c10d::ReduceOp::MAX: return {.op = chorusMax, .factor = {}};
     case c10d::ReduceOp::AVG:
-      TORCH_CHECK(!isBool && at::isFloatingType(t.scalar_type()), "chorus: ReduceOp.AVG needs a floating-point ",
-                  "tensor, got ", t.scalar_type());
-      return chorusAvg;
+      TORCH_CHECK(at::isFloatingType(type), "chorus: ReduceOp.AVG needs a floating-point tensor, got ", type);
+      return {.op = chorusAvg, .factor = {}};
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      TORCH_CHECK(isInteger, "chorus: ReduceOp.", name, " needs an integer or bool tensor, got ", type);
+      return {.op = op.op_ == c10d::ReduceOp::BAND  ? chorusBand
+                    : op.op_ == c10d::ReduceOp::BOR ? chorusBor
+                                                    : chorusBxor,
+              .factor = {}};
+    case c10d::ReduceOp::PREMUL_SUM: {
+      TORCH_CHECK(at::isFloatingType(type), "chorus: ReduceOp.PREMUL_SUM needs a floating-point tensor, got ", type);
+      const PreMulFactor f = preMulFactor(op);
+      at::Tensor factor = f.tensor.defined() ? f.tensor : at::scalar_tensor(f.value, at::kDouble);
+      TORCH_CHECK(factor.numel() == 1 && factor.device().is_cpu(), "chorus: ReduceOp.PREMUL_SUM's factor must be ",
+                  "one element in CPU memory, got ", factor.numel(), " on ", factor.device());
+      return {.op = chorusSum, .factor = factor.to(type).contiguous()};
+    }
     default: break;
   }
-  const char* names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM", "UNUSED"};
-  TORCH_CHECK(false, "chorus: ReduceOp.", names[op.op_ < 10 ? op.op_ : 9], " is not supported (SUM, PRODUCT, MIN, ",
-              "MAX and AVG are)");
+  TORCH_CHECK(false, "chorus: ReduceOp.", name, " is not a reduction Chorus knows");
+}
+
+chorusResult_t issue(const Reduction& r, chorusComm_t comm, chorusDataType_t dt,
+                     const std::function<chorusResult_t(chorusRedOp_t)>& fn) {
+  if (!r.factor.defined()) return fn(r.op);
+  chorusRedOp_t op;
+  if (chorusResult_t rc = chorusRedOpCreatePreMulSum(&op, r.factor.data_ptr(), dt, comm)) return rc;
+  const chorusResult_t rc = fn(op);
+  chorusRedOpDestroy(op, comm);  // the calls issued with it keep their factor
+  return rc;
 }
 
 void requireCpu(const at::Tensor& t, const char* what) {

@@ -4,6 +4,7 @@
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,9 +14,19 @@ namespace chorus::torchpg {
 
 // The Chorus datatype of a tensor's elements; bool travels as uint8. Refuses the others naming `what`.
 chorusDataType_t dataType(const at::Tensor& t, const char* what);
-// The Chorus op for a torch op on `dtype` (bool: SUM is logical or, as MAX; PRODUCT logical and, as MIN). Refuses
-// BAND/BOR/BXOR/PREMUL_SUM naming the op.
-chorusRedOp_t redOp(const c10d::ReduceOp& op, const at::Tensor& t);
+// A torch reduction in Chorus's terms: an op of the C API, or PREMUL_SUM's factor, for which an op is made on the
+// communicator for each call (issue() below). bool: SUM is logical or, as MAX; PRODUCT logical and, as MIN; the
+// bitwise ops work on it as on uint8. Refuses (naming the op and dtype) AVG and PREMUL_SUM off floating-point
+// tensors, and BAND/BOR/BXOR off integer and bool ones.
+struct Reduction {
+  chorusRedOp_t op = chorusSum;
+  at::Tensor factor;  // PREMUL_SUM: one element of the tensor's dtype; undefined otherwise
+};
+Reduction reduction(const c10d::ReduceOp& op, const at::Tensor& t);
+// fn(op) with r's op on comm: PREMUL_SUM's is made for the call (chorusRedOpCreatePreMulSum) and freed once fn has
+// issued it. Returns what fn or Chorus returned.
+chorusResult_t issue(const Reduction& r, chorusComm_t comm, chorusDataType_t dt,
+                     const std::function<chorusResult_t(chorusRedOp_t)>& fn);
 // A CPU tensor, else refused naming `what` and saying how to give CUDA tensors to another backend.
 void requireCpu(const at::Tensor& t, const char* what);
 // Every tensor of the list has the shape and dtype of the first.

@@ -58,11 +58,13 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::broadcast(Tensors& tensors, const 
 c10::intrusive_ptr<c10d::Work> ChorusBackend::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
   const at::Tensor& t = single(tensors, "tensor");
   const chorusDataType_t dt = dataType(t, "tensor");
-  const chorusRedOp_t op = redOp(opts.reduceOp, t);
+  const Reduction red = reduction(opts.reduceOp, t);
   Contiguous c = contiguous(t);
   return run({.type = c10d::OpType::ALLREDUCE, .name = "all_reduce", .outputs = tensors, .keep = {c.buf},
-              .issue = [buf = c.buf, dt, op](chorusComm_t comm, chorusStream_t s) {
-                return chorusAllReduce(buf.data_ptr(), buf.data_ptr(), count(buf), dt, op, comm, s);
+              .issue = [buf = c.buf, dt, red](chorusComm_t comm, chorusStream_t s) {
+                return issue(red, comm, dt, [&](chorusRedOp_t op) {
+                  return chorusAllReduce(buf.data_ptr(), buf.data_ptr(), count(buf), dt, op, comm, s);
+                });
               },
               .after = c.back});
 }
@@ -72,22 +74,24 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::allreduce_coalesced(Tensors& tenso
   TORCH_CHECK(!tensors.empty(), "chorus: all_reduce_coalesced needs at least one tensor");
   Tensors bufs;
   std::vector<chorusDataType_t> dts;
-  std::vector<chorusRedOp_t> ops;
+  std::vector<Reduction> reds;
   std::function<void()> back;
   for (const at::Tensor& t : tensors) {
     requireCpu(t, "tensors");
     dts.push_back(dataType(t, "tensors"));
-    ops.push_back(redOp(opts.reduceOp, t));
+    reds.push_back(reduction(opts.reduceOp, t));
     Contiguous c = contiguous(t);
     bufs.push_back(c.buf);
     back = both(back, c.back);
   }
   return run({.type = c10d::OpType::ALLREDUCE_COALESCED, .name = "all_reduce_coalesced", .outputs = tensors,
               .keep = bufs,
-              .issue = [bufs, dts, ops](chorusComm_t comm, chorusStream_t s) {
+              .issue = [bufs, dts, reds](chorusComm_t comm, chorusStream_t s) {
                 for (size_t i = 0; i < bufs.size(); ++i)
-                  if (chorusResult_t rc = chorusAllReduce(bufs[i].data_ptr(), bufs[i].data_ptr(), count(bufs[i]),
-                                                          dts[i], ops[i], comm, s))
+                  if (chorusResult_t rc = issue(reds[i], comm, dts[i], [&](chorusRedOp_t op) {
+                        return chorusAllReduce(bufs[i].data_ptr(), bufs[i].data_ptr(), count(bufs[i]), dts[i], op,
+                                               comm, s);
+                      }))
                     return rc;
                 return chorusSuccess;
               },
@@ -99,34 +103,56 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::reduce(Tensors& tensors, const c10
   const at::Tensor& t = single(tensors, "tensor");
   checkRank(opts.rootRank, "dst");
   const chorusDataType_t dt = dataType(t, "tensor");
-  const chorusRedOp_t op = redOp(opts.reduceOp, t);
+  const Reduction red = reduction(opts.reduceOp, t);
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = getRank() == root;
   Contiguous c = contiguous(t);
   // Only the root's tensor receives the result; the others' stay as they were.
   at::Tensor out = isRoot ? c.buf : at::empty_like(c.buf);
   return run({.type = c10d::OpType::REDUCE, .name = "reduce", .outputs = tensors, .keep = {c.buf, out},
-              .issue = [in = c.buf, out, dt, op, root](chorusComm_t comm, chorusStream_t s) {
-                return chorusReduce(in.data_ptr(), out.data_ptr(), count(in), dt, op, root, comm, s);
+              .issue = [in = c.buf, out, dt, red, root](chorusComm_t comm, chorusStream_t s) {
+                return issue(red, comm, dt, [&](chorusRedOp_t op) {
+                  return chorusReduce(in.data_ptr(), out.data_ptr(), count(in), dt, op, root, comm, s);
+                });
               },
               .after = isRoot ? c.back : std::function<void()>()});
 }
 
+// tensor_list[p] receives rank p's tensor; the tensors may differ in size from rank to rank (chorusAllGatherV), each
+// rank's own entry being as large as its input.
 c10::intrusive_ptr<c10d::Work> ChorusBackend::allgather(std::vector<Tensors>& outputs, Tensors& inputs,
                                                         const c10d::AllgatherOptions&) {
   const at::Tensor& in = single(inputs, "tensor");
   TORCH_CHECK(outputs.size() == 1, "chorus: all_gather takes one output list, got ", outputs.size());
-  TORCH_CHECK(static_cast<int>(outputs[0].size()) == getSize(), "chorus: all_gather's tensor_list has ",
-              outputs[0].size(), " tensors for a group of ", getSize());
-  requireSame(outputs[0], in, "tensor_list");
+  const Tensors& outs = outputs[0];
+  TORCH_CHECK(static_cast<int>(outs.size()) == getSize(), "chorus: all_gather's tensor_list has ", outs.size(),
+              " tensors for a group of ", getSize());
   const chorusDataType_t dt = dataType(in, "tensor");
+  std::vector<size_t> counts;
+  for (size_t p = 0; p < outs.size(); ++p) {
+    requireCpu(outs[p], "tensor_list");
+    TORCH_CHECK(outs[p].scalar_type() == in.scalar_type(), "chorus: all_gather's tensor_list[", p, "] is ",
+                outs[p].scalar_type(), ", the input ", in.scalar_type());
+    counts.push_back(count(outs[p]));
+  }
+  TORCH_CHECK(counts[getRank()] == count(in), "chorus: all_gather's tensor_list[", getRank(), "] (this rank's) has ",
+              counts[getRank()], " elements but the input ", in.numel());
+  size_t total = 0;
+  for (size_t n : counts) total += n;
   at::Tensor src = in.contiguous();
-  at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
-  return run({.type = c10d::OpType::ALLGATHER, .name = "all_gather", .outputs = outputs[0], .keep = {src, flat},
-              .issue = [src, flat, dt](chorusComm_t comm, chorusStream_t s) {
-                return chorusAllGather(src.data_ptr(), flat.data_ptr(), count(src), dt, comm, s);
+  at::Tensor flat = at::empty({static_cast<int64_t>(total)}, in.options());
+  return run({.type = c10d::OpType::ALLGATHER, .name = "all_gather", .outputs = outs, .keep = {src, flat},
+              .issue = [src, flat, counts, dt](chorusComm_t comm, chorusStream_t s) {
+                return chorusAllGatherV(src.data_ptr(), flat.data_ptr(), counts.data(), dt, comm, s);
               },
-              .after = unflatten(outputs[0], flat, in.numel())});
+              .after = [lists = outs, flat, counts]() mutable {
+                int64_t at = 0;
+                for (size_t p = 0; p < lists.size(); ++p) {
+                  const int64_t n = static_cast<int64_t>(counts[p]);
+                  lists[p].copy_(flat.narrow(0, at, n).view(lists[p].sizes()));
+                  at += n;
+                }
+              }});
 }
 
 c10::intrusive_ptr<c10d::Work> ChorusBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -229,7 +255,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::reduce_scatter_tensor_coalesced(
               " outputs for ", inputs.size(), " inputs");
   Tensors srcs, dsts, keep;
   std::vector<chorusDataType_t> dts;
-  std::vector<chorusRedOp_t> ops;
+  std::vector<Reduction> reds;
   std::function<void()> back;
   for (size_t i = 0; i < inputs.size(); ++i) {
     requireCpu(inputs[i], "inputs");
@@ -240,7 +266,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::reduce_scatter_tensor_coalesced(
                 inputs[i].scalar_type(), ", expected ", outputs[i].numel() * getSize(), " of ",
                 outputs[i].scalar_type());
     dts.push_back(dataType(outputs[i], "outputs"));
-    ops.push_back(redOp(opts.reduceOp, outputs[i]));
+    reds.push_back(reduction(opts.reduceOp, outputs[i]));
     srcs.push_back(inputs[i].contiguous());
     Contiguous c = contiguous(outputs[i]);
     dsts.push_back(c.buf);
@@ -250,10 +276,12 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::reduce_scatter_tensor_coalesced(
   keep.insert(keep.end(), dsts.begin(), dsts.end());
   return run({.type = c10d::OpType::COALESCED, .name = "reduce_scatter_tensor_coalesced", .outputs = outputs,
               .keep = keep,
-              .issue = [srcs, dsts, dts, ops](chorusComm_t comm, chorusStream_t s) {
+              .issue = [srcs, dsts, dts, reds](chorusComm_t comm, chorusStream_t s) {
                 for (size_t i = 0; i < srcs.size(); ++i)
-                  if (chorusResult_t rc = chorusReduceScatter(srcs[i].data_ptr(), dsts[i].data_ptr(),
-                                                              count(dsts[i]), dts[i], ops[i], comm, s))
+                  if (chorusResult_t rc = issue(reds[i], comm, dts[i], [&](chorusRedOp_t op) {
+                        return chorusReduceScatter(srcs[i].data_ptr(), dsts[i].data_ptr(), count(dsts[i]), dts[i], op,
+                                                   comm, s);
+                      }))
                     return rc;
                 return chorusSuccess;
               },
@@ -266,86 +294,83 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::gather(std::vector<Tensors>& outpu
                                                      const c10d::GatherOptions& opts) {
   const at::Tensor& in = single(inputs, "tensor");
   checkRank(opts.rootRank, "dst");
-  const int root = static_cast<int>(opts.rootRank), me = getRank(), n = getSize();
+  const int root = static_cast<int>(opts.rootRank);
   const chorusDataType_t dt = dataType(in, "tensor");
   at::Tensor src = in.contiguous();
-  Tensors outs, keep{src}, bufs;
-  std::function<void()> back;
-  if (me == root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == n,
-                "chorus: gather's gather_list at the destination needs ", n, " tensors");
+  Tensors outs;
+  at::Tensor flat;  // the root's: every rank's tensor, in rank order
+  if (getRank() == root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                "chorus: gather's gather_list at the destination needs ", getSize(), " tensors");
     requireSame(outputs[0], in, "gather_list");
     outs = outputs[0];
-    for (const at::Tensor& o : outs) {
-      Contiguous c = contiguous(o);
-      bufs.push_back(c.buf);
-      keep.push_back(c.buf);
-      back = both(back, c.back);
-    }
+    flat = at::empty({getSize() * in.numel()}, in.options());
   } else {
     TORCH_CHECK(outputs.empty() || outputs[0].empty(), "chorus: gather_list must be empty except at the destination");
   }
-  return run({.type = c10d::OpType::GATHER, .name = "gather", .outputs = outs, .keep = keep,
-              .issue = [src, bufs, dt, root, me, n](chorusComm_t comm, chorusStream_t s) {
-                if (me != root) return chorusSend(src.data_ptr(), count(src), dt, root, comm, s);
-                for (int r = 0; r < n; ++r)
-                  if (chorusResult_t rc = r == root ? chorusSuccess
-                                                    : chorusRecv(bufs[r].data_ptr(), count(src), dt, r, comm, s))
-                    return rc;
-                at::Tensor(bufs[root]).copy_(src);  // its own, at issue time: the input stays the caller's
-                return chorusSuccess;
+  return run({.type = c10d::OpType::GATHER, .name = "gather", .outputs = outs, .keep = {src, flat},
+              .issue = [src, flat, dt, root](chorusComm_t comm, chorusStream_t s) {
+                return chorusGather(src.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, count(src), dt, root,
+                                    comm, s);
               },
-              .after = back,
-              .group = true});
+              .after = flat.defined() ? unflatten(outs, flat, in.numel()) : std::function<void()>()});
 }
 
 c10::intrusive_ptr<c10d::Work> ChorusBackend::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                                       const c10d::ScatterOptions& opts) {
   const at::Tensor& out = single(outputs, "tensor");
   checkRank(opts.rootRank, "src");
-  const int root = static_cast<int>(opts.rootRank), me = getRank(), n = getSize();
+  const int root = static_cast<int>(opts.rootRank);
   const chorusDataType_t dt = dataType(out, "tensor");
   Contiguous c = contiguous(out);
-  Tensors keep{c.buf}, srcs;
-  if (me == root) {
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == n,
-                "chorus: scatter's scatter_list at the source needs ", n, " tensors");
+  at::Tensor flat;  // the root's: every rank's tensor, in rank order
+  if (getRank() == root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                "chorus: scatter's scatter_list at the source needs ", getSize(), " tensors");
     requireSame(inputs[0], out, "scatter_list");
-    for (const at::Tensor& t : inputs[0]) srcs.push_back(t.contiguous());
-    keep.insert(keep.end(), srcs.begin(), srcs.end());
+    Tensors parts;
+    for (const at::Tensor& t : inputs[0]) parts.push_back(t.reshape({-1}));
+    flat = at::cat(parts);
   } else {
     TORCH_CHECK(inputs.empty() || inputs[0].empty(), "chorus: scatter_list must be empty except at the source");
   }
-  return run({.type = c10d::OpType::SCATTER, .name = "scatter", .outputs = outputs, .keep = keep,
-              .issue = [buf = c.buf, srcs, dt, root, me, n](chorusComm_t comm, chorusStream_t s) {
-                if (me != root) return chorusRecv(buf.data_ptr(), count(buf), dt, root, comm, s);
-                for (int r = 0; r < n; ++r)
-                  if (chorusResult_t rc = r == root ? chorusSuccess
-                                                    : chorusSend(srcs[r].data_ptr(), count(buf), dt, r, comm, s))
-                    return rc;
-                at::Tensor(buf).copy_(srcs[root]);
-                return chorusSuccess;
+  return run({.type = c10d::OpType::SCATTER, .name = "scatter", .outputs = outputs, .keep = {c.buf, flat},
+              .issue = [buf = c.buf, flat, dt, root](chorusComm_t comm, chorusStream_t s) {
+                return chorusScatter(flat.defined() ? flat.data_ptr() : nullptr, buf.data_ptr(), count(buf), dt, root,
+                                     comm, s);
               },
-              .after = c.back,
-              .group = true});
+              .after = c.back});
 }
 
+// input_list[p] is what this rank contributes to rank p's output; the tensors may differ in size from rank to rank
+// (chorusReduceScatterV), each rank's output being as large as its own entry.
 c10::intrusive_ptr<c10d::Work> ChorusBackend::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                                              const c10d::ReduceScatterOptions& opts) {
   const at::Tensor& out = single(outputs, "output");
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(), "chorus: reduce_scatter's ",
               "input_list needs ", getSize(), " tensors");
-  requireSame(inputs[0], out, "input_list");
   const chorusDataType_t dt = dataType(out, "output");
-  const chorusRedOp_t op = redOp(opts.reduceOp, out);
+  const Reduction red = reduction(opts.reduceOp, out);
+  std::vector<size_t> counts;
   Tensors flatParts;
-  for (const at::Tensor& t : inputs[0]) flatParts.push_back(t.reshape({-1}));
+  for (size_t p = 0; p < inputs[0].size(); ++p) {
+    const at::Tensor& t = inputs[0][p];
+    requireCpu(t, "input_list");
+    TORCH_CHECK(t.scalar_type() == out.scalar_type(), "chorus: reduce_scatter's input_list[", p, "] is ",
+                t.scalar_type(), ", the output ", out.scalar_type());
+    counts.push_back(count(t));
+    flatParts.push_back(t.reshape({-1}));
+  }
+  TORCH_CHECK(counts[getRank()] == count(out), "chorus: reduce_scatter's output has ", out.numel(),
+              " elements but input_list[", getRank(), "] (this rank's part) has ", counts[getRank()]);
   at::Tensor flat = at::cat(flatParts);
   Contiguous c = contiguous(out);
   return run({.type = c10d::OpType::REDUCE_SCATTER, .name = "reduce_scatter", .outputs = outputs,
               .keep = {flat, c.buf},
-              .issue = [flat, buf = c.buf, dt, op](chorusComm_t comm, chorusStream_t s) {
-                return chorusReduceScatter(flat.data_ptr(), buf.data_ptr(), count(buf), dt, op, comm, s);
+              .issue = [flat, buf = c.buf, counts, dt, red](chorusComm_t comm, chorusStream_t s) {
+                return issue(red, comm, dt, [&](chorusRedOp_t op) {
+                  return chorusReduceScatterV(flat.data_ptr(), buf.data_ptr(), counts.data(), dt, op, comm, s);
+                });
               },
               .after = c.back});
 }
@@ -358,13 +383,15 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::_reduce_scatter_base(at::Tensor& o
               "chorus: reduce_scatter_tensor's input has ", input.numel(), " elements of ", input.scalar_type(),
               ", expected ", output.numel() * getSize(), " of ", output.scalar_type());
   const chorusDataType_t dt = dataType(output, "output");
-  const chorusRedOp_t op = redOp(opts.reduceOp, output);
+  const Reduction red = reduction(opts.reduceOp, output);
   at::Tensor src = input.contiguous();
   Contiguous c = contiguous(output);
   return run({.type = c10d::OpType::_REDUCE_SCATTER_BASE, .name = "reduce_scatter_tensor", .outputs = {output},
               .keep = {src, c.buf},
-              .issue = [src, buf = c.buf, dt, op](chorusComm_t comm, chorusStream_t s) {
-                return chorusReduceScatter(src.data_ptr(), buf.data_ptr(), count(buf), dt, op, comm, s);
+              .issue = [src, buf = c.buf, dt, red](chorusComm_t comm, chorusStream_t s) {
+                return issue(red, comm, dt, [&](chorusRedOp_t op) {
+                  return chorusReduceScatter(src.data_ptr(), buf.data_ptr(), count(buf), dt, op, comm, s);
+                });
               },
               .after = c.back});
 }

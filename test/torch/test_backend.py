@@ -213,8 +213,10 @@ def case_p2p_and_errors(rank, world, gloo):
     out = fut.then(lambda f: f.value()[0] * 2).wait()
     assert torch.equal(out, torch.ones(5) * sum(range(1, world + 1)) * 2), "get_future().then"
     # bad arguments raise before anything is sent, naming the problem
-    with pytest.raises(RuntimeError, match="BAND"):
-        dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND)
+    with pytest.raises(RuntimeError, match="BAND needs an integer or bool tensor"):
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
+    with pytest.raises(RuntimeError, match="PREMUL_SUM needs a floating-point tensor"):
+        dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0))
     with pytest.raises(RuntimeError, match="Short.*which Chorus does not"):
         dist.all_reduce(torch.ones(3, dtype=torch.int16))
     c = torch.full((3,), complex(1, rank))  # torch hands a complex SUM over as its float32 view
@@ -273,6 +275,101 @@ def case_tags_and_any_source(rank, world, gloo):
     if pending is not None:
         pending.wait()
         assert torch.equal(got, torch.full((3,), 9.0)), "the pending recv"
+
+
+BITWISE = {"BAND": (dist.ReduceOp.BAND, torch.bitwise_and), "BOR": (dist.ReduceOp.BOR, torch.bitwise_or),
+           "BXOR": (dist.ReduceOp.BXOR, torch.bitwise_xor)}
+
+
+def bits(rank, n, dtype):
+    """Integers whose bits differ from rank to rank (bool: a pattern per rank)."""
+    i = torch.arange(n, dtype=torch.int64)
+    if dtype == torch.bool:
+        return (i * 3 + rank) % 4 != 0
+    return ((i * 37 + 11) ^ (rank * 0x5A + (i << (rank % 5)))).remainder(120).to(dtype)
+
+
+def premul(factor):
+    """torch's PREMUL_SUM op: torch 1.13 takes a tensor factor as a one-tensor list, 2.x the tensor itself."""
+    if isinstance(factor, torch.Tensor) and int(torch.__version__.split(".")[0]) < 2:
+        factor = [factor]
+    return dist._make_nccl_premul_sum(factor)
+
+
+def case_bitwise_and_premul(rank, world, gloo):
+    """BAND/BOR/BXOR on integer and bool tensors, against the reduction computed here and against gloo; PREMUL_SUM
+    with a scalar and with a one-element tensor (torch's _make_nccl_premul_sum), against the sum of the scaled
+    inputs."""
+    for dtype in (torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool):
+        for name, (op, fn) in BITWISE.items():
+            for n in COUNTS:
+                want = bits(0, n, dtype)
+                for r in range(1, world):
+                    want = fn(want, bits(r, n, dtype))
+                t = bits(rank, n, dtype)
+                dist.all_reduce(t, op=op)
+                assert torch.equal(t, want), f"all_reduce {dtype} {name} n={n}: {t[:8]} vs {want[:8]}"
+                root = n % world
+                t = bits(rank, n, dtype)
+                dist.reduce(t, dst=root, op=op)
+                assert torch.equal(t, want if rank == root else bits(rank, n, dtype)), f"reduce {dtype} {name}"
+                out = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter(out, [bits(rank + p * world, n, dtype) for p in range(world)], op=op)
+                mine = bits(rank * world, n, dtype)
+                for r in range(1, world):
+                    mine = fn(mine, bits(r + rank * world, n, dtype))
+                assert torch.equal(out, mine), f"reduce_scatter {dtype} {name} n={n}"
+                if dtype != torch.bool:  # gloo in torch 1.13 takes no bool
+                    g = bits(rank, n, dtype)
+                    dist.all_reduce(g, op=op, group=gloo)
+                    assert torch.equal(g, want), f"gloo {dtype} {name}"
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        for factor in (0.25, torch.tensor([0.5], dtype=dtype)):
+            f = float(factor) if isinstance(factor, float) else float(factor[0])
+            for n in COUNTS:
+                want = sum(inputs(r, n, torch.float64) * f for r in range(world)).to(dtype)
+                t = inputs(rank, n, dtype)
+                dist.all_reduce(t, op=premul(factor))
+                assert close(t, want, dtype), f"all_reduce PREMUL_SUM({factor}) {dtype} n={n}: {t[:6]} {want[:6]}"
+                if dtype == torch.float64:  # scaling by a power of two and summing small integers is exact
+                    assert torch.equal(t, want), f"all_reduce PREMUL_SUM {dtype}: not exact"
+                out = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter(out, [inputs(rank, n, dtype)] * world, op=premul(factor))
+                assert close(out, want, dtype), f"reduce_scatter PREMUL_SUM({factor}) {dtype} n={n}"
+
+
+def case_uneven(rank, world, gloo):
+    """all_gather and reduce_scatter with tensors of a different size on each rank (chorusAllGatherV,
+    chorusReduceScatterV), sizes 0 included, in every dtype; gather and scatter of empty tensors."""
+    for dtype in DTYPES:
+        for base in (0, 1, 1031):
+            size = [base + (3 * r) % 4 for r in range(world)]  # ranks 0 and 4k give `base` (maybe 0)
+            x = inputs(rank, size[rank], dtype)
+            outs = [torch.full((size[r],), 7, dtype=dtype) for r in range(world)]
+            dist.all_gather(outs, x)
+            for r in range(world):
+                assert torch.equal(outs[r], inputs(r, size[r], dtype)), f"uneven all_gather {dtype} {size} from {r}"
+            if dtype == torch.bool:
+                continue
+            ops = ["SUM", "MAX"] + (["AVG"] if dtype.is_floating_point else [])
+            for name in ops:
+                ins = [inputs(rank, size[p], dtype, name) for p in range(world)]
+                out = torch.empty(size[rank], dtype=dtype)
+                dist.reduce_scatter(out, ins, op=OPS[name])
+                want = reference(size[rank], world, dtype, name)
+                assert close(out, want, dtype), f"uneven reduce_scatter {dtype} {name} {size}: {out[:6]} {want[:6]}"
+    # empty tensors through gather and scatter
+    root = world - 1
+    got = [torch.empty(0) for _ in range(world)] if rank == root else None
+    dist.gather(torch.empty(0), gather_list=got, dst=root)
+    out = torch.empty(0)
+    dist.scatter(out, scatter_list=[torch.empty(0)] * world if rank == root else None, src=root)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("case", [case_bitwise_and_premul, case_uneven], ids=["bitwise_premul", "uneven"])
+def test_ops_of_the_c_api(world, case):
+    spawn(world, case)
 
 
 @pytest.mark.parametrize("world", [2, 4])
