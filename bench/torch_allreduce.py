@@ -10,6 +10,9 @@ right after the torch round, and the table adds its time and how much of its spe
 
 usage: PYTHONPATH=build/ddp/torch /usr/bin/python3 bench/torch_allreduce.py [-n 2] [-b 8] [-e 256M] [-f 4]
        [--rounds 3] [--async] [--c-bench build]    (CHORUS_SHM_DISABLE=1 for TCP)
+Simulated hosts: scripts/netns-cluster -k 2 [-r 2] --rate 1gbit -- env PYTHONPATH=build/ddp/torch \
+       /usr/bin/python3 bench/torch_allreduce.py [...]   (one process per rank, from RANK, WORLD_SIZE and
+       CLUSTER_DIR; every round in one launch, without --c-bench)
 """
 import argparse
 import os
@@ -68,6 +71,12 @@ def rank_main(rank, world, path, args, out, rounds, first):
     dist.destroy_process_group()
 
 
+class Rows:
+    """The queue rank_main reports to, in a netns-cluster rank (no other process reads it)."""
+    def put(self, rows):
+        self.rows = rows
+
+
 def c_bench(args):
     """Per size, Chorus's C all_reduce_perf time in us (in place), one adaptive run over all sizes."""
     cmd = [os.path.join(args.c_bench, "scripts", "chorusrun"), "-n", str(args.n), "--no-prefix",
@@ -92,6 +101,16 @@ def main():
     p.add_argument("--async", dest="async_op", action="store_true")
     p.add_argument("--c-bench", metavar="BUILD", help="also run BUILD's C all_reduce_perf, interleaved by round")
     args = p.parse_args()
+    if "CLUSTER_DIR" in os.environ:  # one process per rank, started by netns-cluster
+        if args.c_bench:
+            raise SystemExit("--c-bench runs on one host only")
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+        rank, args.n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        out = Rows()
+        rank_main(rank, args.n, os.path.join(os.environ["CLUSTER_DIR"], "allreduce-init"), args, out, args.rounds, 0)
+        if rank == 0:
+            report(args, [out.rows], [], "simulated hosts (netns-cluster)")
+        return
     os.environ.setdefault("CHORUS_SOCKET_IFNAME", "=lo")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     ctx = mp.get_context("fork")
@@ -113,8 +132,12 @@ def main():
                 pr.join()
         if args.c_bench:
             c_times.append(c_bench(args))
+    report(args, rounds, c_times, "one host")
+
+
+def report(args, rounds, c_times, where):
     bus = 2 * (args.n - 1) / args.n
-    print(f"# torch.distributed all_reduce float32 sum, {args.n} processes, "
+    print(f"# torch.distributed all_reduce float32 sum, {args.n} processes on {where}, "
           f"{'async_op + wait' if args.async_op else 'blocking'}, median of {args.rounds} interleaved rounds")
     head = "| bytes | chorus us | chorus busbw GB/s | gloo us | gloo busbw GB/s | gloo time / chorus time |"
     if args.c_bench:

@@ -55,7 +55,7 @@ build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -
 leak_transports=(transports) noleak_suites=()
 if [ -n "$(ucx_suites build-asan errors)" ]; then leak_transports=() noleak_suites=(transports errors-ucx runtime_errors-ucx); fi
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  meson test -C build-asan --print-errorlogs --num-processes 1 reduce kernel_elements task_storage smoke errors exit runtime_errors comm_split recovery tagged tagged-tcp streams liveness flight shm tree_shape \
+  meson test -C build-asan --print-errorlogs --num-processes 1 reduce kernel_elements task_storage smoke errors exit runtime_errors gather_scatter made_ops comm_split recovery tagged tagged-tcp streams liveness flight shm tree_shape \
   selection tree ddp ddp_train mlp memory_spaces device_ipc cuda_driver ibverbs_engine ibverbs_policy \
   "${leak_transports[@]}" $(ucx_suites build-asan smoke ddp failures) || status=1
 if [ ${#noleak_suites[@]} -gt 0 ]; then
@@ -64,7 +64,7 @@ if [ ${#noleak_suites[@]} -gt 0 ]; then
 fi
 build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dmicrobench=disabled -Dtorch=disabled \
   || { echo "tsan build failed"; exit 1; }
-TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 smoke errors exit runtime_errors comm_split tagged tagged-tcp streams liveness flight \
+TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 smoke errors exit runtime_errors gather_scatter comm_split tagged tagged-tcp streams liveness flight \
   shm tree ddp ddp_train smoke-tcp transports $(ucx_suites build-tsan smoke errors runtime_errors ddp) || status=1
 # In CI (not reproduced elsewhere) TSan's runtime has died in the longest suites remapping shadow memory ("ThreadSanitizer
 # failed to allocate 0x1e... bytes at address 1000000...", ENOMEM) with no report, twice in device_ipc and once in
