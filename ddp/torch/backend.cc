@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "ddp/torch/convert.h"
-#include "lib/base/immortal.h"
 
 namespace chorus::torchpg {
 
@@ -44,22 +43,24 @@ ChorusBackend::~ChorusBackend() {
 // after that completes on the calling thread.
 namespace {
 std::mutex gLiveMu;
-Immortal<std::vector<c10::weak_intrusive_ptr<ChorusBackend>>> gLive;  // Note [Immortal statics]
+// Never destroyed: torch destroys backends from libtorch's exit-time destructors, after this library's statics
+// would have gone (Note [Immortal statics] in lib/base/immortal.h, for the same reason in libchorus).
+auto& gLive = *new std::vector<c10::weak_intrusive_ptr<ChorusBackend>>;
 }  // namespace
 
 void ChorusBackend::live(const c10::intrusive_ptr<ChorusBackend>& backend) {
   std::lock_guard<std::mutex> g(gLiveMu);
-  std::erase_if(*gLive, [](const c10::weak_intrusive_ptr<ChorusBackend>& w) { return w.expired(); });
-  gLive->emplace_back(backend);
+  std::erase_if(gLive, [](const c10::weak_intrusive_ptr<ChorusBackend>& w) { return w.expired(); });
+  gLive.emplace_back(backend);
 }
 
 void ChorusBackend::closeAll() {
   std::vector<c10::intrusive_ptr<ChorusBackend>> backends;
   {
     std::lock_guard<std::mutex> g(gLiveMu);
-    for (const auto& w : *gLive)
+    for (const auto& w : gLive)
       if (auto b = w.lock()) backends.push_back(std::move(b));
-    gLive->clear();
+    gLive.clear();
   }
   for (auto& b : backends) {
     b->completer_.close();
