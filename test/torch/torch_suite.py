@@ -4,6 +4,7 @@ results of every test written as JSON, and a side-by-side comparison of two such
 Run:      BACKEND=chorus WORLD_SIZE=2 [CHORUS_SUITE_TESTS='pattern ...'] [CHORUS_SUITE_JSON=out.json] \\
               python3 test/torch/torch_suite.py
 Compare:  python3 test/torch/torch_suite.py --compare gloo.json chorus.json
+Ungated:  CHORUS_SUITE_UNGATE=1 (with the run's variables): the tests torch gates by backend name decide as for gloo
 
 The patterns are test names, or prefixes ending in "*" (all tests without any). torch's suite chooses what to run per backend by
 name: "chorus" is added to the features it has (a plugin, DDP, subgroups); the tests written for gloo or nccl by name
@@ -33,7 +34,14 @@ if not COMPARE:
 
     for feature in ("plugin", "ddp", "subgroup"):
         DistTestCases.backend_feature[feature].add("chorus")
+    # CHORUS_SUITE_UNGATE=1: torch's gates by backend name (evaluated at import) decide as for gloo, and the tests
+    # then run over BACKEND, to see which of the gloo-only tests chorus would pass.
+    backend = os.environ["BACKEND"]
+    if os.environ.get("CHORUS_SUITE_UNGATE") == "1":
+        os.environ["BACKEND"] = "gloo"
+    from torch.testing._internal.distributed import distributed_test
     from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend
+    os.environ["BACKEND"] = distributed_test.BACKEND = backend
 
     class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
         def setUp(self):
