@@ -57,16 +57,6 @@ Reduction reduction(const c10d::ReduceOp& op, const at::Tensor& t) {
   TORCH_CHECK(false, "chorus: ReduceOp.", name, " is not a reduction Chorus knows");
 }
 
-chorusResult_t issue(const Reduction& r, chorusComm_t comm, chorusDataType_t dt,
-                     const std::function<chorusResult_t(chorusRedOp_t)>& fn) {
-  if (!r.factor.defined()) return fn(r.op);
-  chorusRedOp_t op;
-  if (chorusResult_t rc = chorusRedOpCreatePreMulSum(&op, r.factor.data_ptr(), dt, comm)) return rc;
-  const chorusResult_t rc = fn(op);
-  chorusRedOpDestroy(op, comm);  // the calls issued with it keep their factor
-  return rc;
-}
-
 void requireCpu(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.device().is_cpu(), "chorus: ", what, " is on ", t.device(), ": the \"chorus\" backend takes CPU ",
               "tensors. For CUDA tensors give each device its backend: ",

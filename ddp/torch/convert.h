@@ -4,7 +4,6 @@
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,9 +23,16 @@ struct Reduction {
 };
 Reduction reduction(const c10d::ReduceOp& op, const at::Tensor& t);
 // fn(op) with r's op on comm: PREMUL_SUM's is made for the call (chorusRedOpCreatePreMulSum) and freed once fn has
-// issued it. Returns what fn or Chorus returned.
-chorusResult_t issue(const Reduction& r, chorusComm_t comm, chorusDataType_t dt,
-                     const std::function<chorusResult_t(chorusRedOp_t)>& fn);
+// issued it. Returns what fn or Chorus returned. A template, so no call wraps fn in a std::function.
+template <class Fn>
+chorusResult_t issue(const Reduction& r, chorusComm_t comm, chorusDataType_t dt, Fn&& fn) {
+  if (!r.factor.defined()) return fn(r.op);
+  chorusRedOp_t op;
+  if (chorusResult_t rc = chorusRedOpCreatePreMulSum(&op, r.factor.data_ptr(), dt, comm)) return rc;
+  const chorusResult_t rc = fn(op);
+  chorusRedOpDestroy(op, comm);  // the calls issued with it keep their factor
+  return rc;
+}
 // A CPU tensor, else refused naming `what` and saying how to give CUDA tensors to another backend.
 void requireCpu(const at::Tensor& t, const char* what);
 // Every tensor of the list has the shape and dtype of the first.

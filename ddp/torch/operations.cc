@@ -33,10 +33,14 @@ std::function<void()> both(std::function<void()> a, std::function<void()> b) {
 size_t count(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
 
 // Copies block r of flat (n elements each) into outs[r], after an all-gather into flat.
-std::function<void()> unflatten(std::vector<at::Tensor> outs, at::Tensor flat, int64_t n) {
-  return [outs, flat, n]() mutable {
-    for (size_t r = 0; r < outs.size(); ++r)
-      outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
+// Copies flat's consecutive blocks into outs, each block as many elements as its tensor holds.
+std::function<void()> unflatten(std::vector<at::Tensor> outs, at::Tensor flat) {
+  return [outs, flat]() mutable {
+    int64_t offset = 0;
+    for (at::Tensor& o : outs) {
+      o.copy_(flat.narrow(0, offset, o.numel()).view(o.sizes()));
+      offset += o.numel();
+    }
   };
 }
 
@@ -145,14 +149,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::allgather(std::vector<Tensors>& ou
               .issue = [src, flat, counts, dt](chorusComm_t comm, chorusStream_t s) {
                 return chorusAllGatherV(src.data_ptr(), flat.data_ptr(), counts.data(), dt, comm, s);
               },
-              .after = [lists = outs, flat, counts]() mutable {
-                int64_t at = 0;
-                for (size_t p = 0; p < lists.size(); ++p) {
-                  const int64_t n = static_cast<int64_t>(counts[p]);
-                  lists[p].copy_(flat.narrow(0, at, n).view(lists[p].sizes()));
-                  at += n;
-                }
-              }});
+              .after = unflatten(outs, flat)});
 }
 
 c10::intrusive_ptr<c10d::Work> ChorusBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -313,7 +310,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::gather(std::vector<Tensors>& outpu
                 return chorusGather(src.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, count(src), dt, root,
                                     comm, s);
               },
-              .after = flat.defined() ? unflatten(outs, flat, in.numel()) : std::function<void()>()});
+              .after = flat.defined() ? unflatten(outs, flat) : std::function<void()>()});
 }
 
 c10::intrusive_ptr<c10d::Work> ChorusBackend::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
