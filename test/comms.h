@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "test/watchdog.h"
 
 namespace chorus::test {
 
@@ -66,6 +67,20 @@ inline void destroyAll(std::vector<chorusComm_t>& comms) {
       c = nullptr;
     }
 }
+
+// A live two-rank communicator shared by a suite's tests (derive the suite's fixture from it), for calls refused
+// before they communicate: the test's own thread makes them on either rank's handle.
+class TwoIdleRanks : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { comms_ = makeComms(2); }
+  static void TearDownTestSuite() { destroyAll(comms_); }
+  chorusComm_t c0() const { return comms_[0]; }
+  chorusComm_t c1() const { return comms_[1]; }
+  inline static std::vector<chorusComm_t> comms_;
+  Watchdog watchdog_;
+  float a_[64] = {};
+  float b_[64] = {};
+};
 
 // Runs fn(rank, comm) on one thread per communicator; returns the failure texts.
 inline std::vector<std::string> onAll(const std::vector<chorusComm_t>& comms,

@@ -39,7 +39,6 @@ using chorus::test::runRanks;
 using chorus::test::Watchdog;
 using chorus::test::EnvGuard;
 using chorus::test::makeComms;
-using chorus::test::destroyAll;
 using chorus::test::onAll;
 using chorus::test::Clock;
 using chorus::test::codeName;
@@ -50,20 +49,8 @@ using chorus::test::secondsSince;
 constexpr auto kBadType = static_cast<chorusDataType_t>(42);
 constexpr auto kBadOp = static_cast<chorusRedOp_t>(42);
 
-// A live two-rank communicator shared by the validation tests; refused calls never communicate, so the main
-// thread can make them on either rank's handle.
-class Validation : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { comms_ = makeComms(2); }
-  static void TearDownTestSuite() { destroyAll(comms_); }
-  static std::vector<chorusComm_t> comms_;
-  chorusComm_t c0() const { return comms_[0]; }
-  chorusComm_t c1() const { return comms_[1]; }
-  Watchdog watchdog_;
-  float a_[64] = {};
-  float b_[64] = {};
-};
-std::vector<chorusComm_t> Validation::comms_;
+// The validation tests' refused calls, made on either rank's handle of one shared communicator.
+class Validation : public chorus::test::TwoIdleRanks {};
 
 // ---------------------------------------------------------------------------------------------------------
 // Version and error strings

@@ -21,24 +21,11 @@
 namespace {
 
 using chorus::test::check;
-using chorus::test::destroyAll;
-using chorus::test::makeComms;
 using chorus::test::runRanks;
 using chorus::test::Watchdog;
 
-// Two ranks' communicators; only refused calls are made on them from this thread, so they never communicate.
-class MadeOps : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { comms_ = makeComms(2); }
-  static void TearDownTestSuite() { destroyAll(comms_); }
-  static std::vector<chorusComm_t> comms_;
-  chorusComm_t c0() const { return comms_[0]; }
-  chorusComm_t c1() const { return comms_[1]; }
-  Watchdog watchdog_;
-  float a_[16] = {};
-  float b_[16] = {};
-};
-std::vector<chorusComm_t> MadeOps::comms_;
+// Only refused calls are made on its communicators from this thread, so they never communicate.
+class MadeOps : public chorus::test::TwoIdleRanks {};
 
 TEST_F(MadeOps, CreateRefusesEachBadArgumentNamingIt) {
   const float half = 0.5f;
