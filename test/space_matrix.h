@@ -144,7 +144,8 @@ inline void compareOne(TestMemory& memory, Coll c, chorusDataType_t dt, chorusRe
   std::vector<uint8_t> fill(s.recvBytes, 0xC3);  // what recvbuff holds before the call
   // Host memory.
   std::vector<uint8_t> hostRecv = fill;
-  if (inPlace) std::memcpy(hostRecv.data() + s.inPlaceAt, input.data(), s.sendBytes);
+  // A zero-byte input has no storage (data() may be null, which memcpy must not see even for 0 bytes).
+  if (inPlace && s.sendBytes > 0) std::memcpy(hostRecv.data() + s.inPlaceAt, input.data(), s.sendBytes);
   const void* hostSend = inPlace ? static_cast<const void*>(hostRecv.data() + s.inPlaceAt) : input.data();
   CallOp madeOp(op, dt, r, comm);  // kPreMulSum: one made op for both calls
   check(call(c, hostSend, hostRecv.data(), count, dt, madeOp.get(), root, r, n, comm), comm, "host call");
@@ -152,7 +153,7 @@ inline void compareOne(TestMemory& memory, Coll c, chorusDataType_t dt, chorusRe
   DeviceBuf devSend(memory, s.sendBytes), devRecv(memory, s.recvBytes);
   devSend.upload(input);
   std::vector<uint8_t> devFill = fill;
-  if (inPlace) std::memcpy(devFill.data() + s.inPlaceAt, input.data(), s.sendBytes);
+  if (inPlace && s.sendBytes > 0) std::memcpy(devFill.data() + s.inPlaceAt, input.data(), s.sendBytes);
   devRecv.upload(devFill);
   const void* devSendPtr = inPlace ? static_cast<const void*>(devRecv.data() + s.inPlaceAt) : devSend.data();
   check(call(c, devSendPtr, devRecv.data(), count, dt, madeOp.get(), root, r, n, comm), comm, "device call");
