@@ -3,6 +3,7 @@
 #include "ddp/torch/backend.h"
 
 #include <cstring>
+#include <utility>
 
 #include "ddp/torch/convert.h"
 
@@ -25,12 +26,24 @@ ChorusBackend::ChorusBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
   comm_ = makeComm(kStoreKey);
 }
 
-ChorusBackend::~ChorusBackend() {
+// Note [Teardown]
+// c10::intrusive_ptr runs an object's destructor only once its weak references are gone too; when the last strong
+// one goes first, it calls release_resources(). A backend always has weak references: closeAll's list holds one
+// (Note [Threads at exit]), and torch may hold others. So the communicators go in release_resources(): in the
+// destructor alone they outlived destroy_process_group until the next backend was made or the process exited, kept
+// their threads and shared memory, and a peer that had exited meanwhile without a goodbye (a forked test rank ends
+// with os._exit) was declared silent 30 s later. Either path that runs first does it; the other finds it done.
+ChorusBackend::~ChorusBackend() { close(); }
+
+void ChorusBackend::release_resources() { close(); }  // torch's Backend (and 1.13's ProcessGroup) have none
+
+void ChorusBackend::close() {
   completer_.close();  // their streams belong to the communicators
   p2pCompleter_.close();
   callbackCompleter_.close();
-  if (callbackComm_ != nullptr) chorusCommDestroy(callbackComm_);
-  if (comm_ != nullptr) chorusCommDestroy(comm_);
+  std::lock_guard<std::mutex> g(callbackCommMu_);
+  if (callbackComm_ != nullptr) chorusCommDestroy(std::exchange(callbackComm_, nullptr));
+  if (comm_ != nullptr) chorusCommDestroy(std::exchange(comm_, nullptr));
 }
 
 // Note [Threads at exit]

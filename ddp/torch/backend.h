@@ -34,6 +34,8 @@ class ChorusBackend final : public BackendBase {
   ChorusBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
                 Identity identity);
   ~ChorusBackend() override;
+  // Note [Teardown] in backend.cc: the last strong reference went while weak ones remain.
+  void release_resources() override;
   const std::string getBackendName() const override { return "chorus"; }
 
   // Note [Threads at exit]: registers a backend made by the creator, so that closeAll() can reach it.
@@ -114,6 +116,7 @@ class ChorusBackend final : public BackendBase {
   [[noreturn]] void refused(chorusResult_t rc, const char* call, const std::string& text);
   void checkRank(int64_t r, const char* what) const;
   void issueDeferred();  // the coalescing region's held calls, as one group (mu_ held)
+  void close();          // ends the threads and destroys the communicators; once
 
   Identity identity_;
   c10::intrusive_ptr<c10d::Store> store_;

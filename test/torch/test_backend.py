@@ -65,11 +65,19 @@ def reference(n, world, dtype, op):
 HANG_S = float(os.environ.get("CHORUS_TORCH_TEST_HANG_S", "240"))
 
 
+# The reference groups, never destroyed: torch 2.6 destroys a ProcessGroup's backends with the GIL held (released
+# from 2.8 on: pytorch/pytorch#154976), and ProcessGroupGloo's destructor joins workers that may still need the GIL
+# to drop a tensor of a finished Work, so dropping the gloo group when _entry returned hung a rank now and then (CI:
+# functional-2, allreduce-2). A rank is a forked process that ends with os._exit: nothing here outlives it.
+_GLOO_GROUPS = []
+
+
 def _entry(rank, world, path, case, errors):
     faulthandler.dump_traceback_later(HANG_S, exit=True)
     try:
         dist.init_process_group("chorus", init_method="file://" + path, rank=rank, world_size=world)
         gloo = dist.new_group(backend="gloo")
+        _GLOO_GROUPS.append(gloo)
         case(rank, world, gloo)
         dist.barrier()
         dist.destroy_process_group()
@@ -370,6 +378,30 @@ def case_uneven(rank, world, gloo):
 @pytest.mark.parametrize("case", [case_bitwise_and_premul, case_uneven], ids=["bitwise_premul", "uneven"])
 def test_ops_of_the_c_api(world, case):
     spawn(world, case)
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def case_destroy(rank, world, gloo):
+    """destroy_process_group ends a group's communicator at once, its threads with it (Note [Teardown] in
+    ddp/torch/backend.cc); a group made and destroyed again and again leaves nothing behind."""
+    before = threads()
+    for round in range(3):
+        g = dist.new_group(backend="chorus")
+        t = torch.ones(5)
+        dist.all_reduce(t, group=g)
+        assert torch.equal(t, torch.full((5,), float(world)))
+        during = threads()
+        dist.destroy_process_group(g)
+        del g
+        assert during > before and threads() == before, \
+            f"round {round}: {before} threads before the group, {during} with it, {threads()} after destroying it"
+
+
+def test_destroy_ends_the_communicator():
+    spawn(2, case_destroy)
 
 
 @pytest.mark.parametrize("world", [2, 4])
