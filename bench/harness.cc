@@ -139,7 +139,8 @@ void usage(const char* prog) {
           "  -d type       int8 uint8 int32 uint32 int64 uint64 half|float16 float|float32 double|float64 bfloat16,"
           " default float\n"
           "  -r root       root rank (broadcast, reduce), default 0\n"
-          "  -z 0|1        0: enqueue the batch on a stream, then synchronize; 1: every call blocks. Default 0\n"
+          "  -z 0|1|2      0: enqueue the batch on a stream, then synchronize; 1: every call blocks;\n"
+          "                2: enqueue each call on a stream and synchronize it (what a torch Work's wait does). Default 0\n"
           "  -a 0|1        1: adaptive iterations like the peers' bench_common.h (about -T s per size, <= 1000\n"
           "                iterations and 512 MiB of traffic; -n/-w ignored), after 0.2 s of untimed smallest-size\n"
           "                ops (start-up is not charged to the first size). Default 0\n"
@@ -197,7 +198,7 @@ void parseArgs(int argc, char** argv, Args& a) {
       case 'w': ok = parseInt(optarg, a.warmup, 0, 1 << 30); break;
       case 'c': ok = parseInt(optarg, a.check, 0, 1); break;
       case 'r': ok = parseInt(optarg, a.root, 0, 1 << 30); break;
-      case 'z': ok = parseInt(optarg, a.blocking, 0, 1); break;
+      case 'z': ok = parseInt(optarg, a.blocking, 0, 2); break;
       case 'a': ok = parseInt(optarg, a.adaptive, 0, 1); break;
       case 'P': ok = parseInt(optarg, a.peers, 0, 1); break;
       case 'G': ok = parseInt(optarg, a.device, 0, 1); break;
@@ -230,8 +231,11 @@ double allReduce1(double v, chorusRedOp_t op) {
 }
 
 void launch(const Coll& coll, const Ctx& x, const void* s, void* r, int64_t n) {
-  for (int64_t i = 0; i < n; i++) ck(coll.run(x, s, r), coll.name);
-  if (x.stream) ck(chorusStreamSynchronize(x.stream), "chorusStreamSynchronize");
+  for (int64_t i = 0; i < n; i++) {
+    ck(coll.run(x, s, r), coll.name);
+    if (x.syncEach) ck(chorusStreamSynchronize(x.stream), "chorusStreamSynchronize");
+  }
+  if (x.stream && !x.syncEach) ck(chorusStreamSynchronize(x.stream), "chorusStreamSynchronize");
 }
 
 // Seconds per op on this rank; iters gets the number of timed ops.
@@ -463,7 +467,8 @@ int benchMain(int argc, char** argv, const Coll& coll) {
   x.type = a.type;
   x.op = coll.usesOp ? a.op : chorusSum;
   x.reduces = coll.reduces;
-  if (!a.blocking) ck(chorusStreamCreate(gComm, &x.stream), "chorusStreamCreate");
+  if (a.blocking != 1) ck(chorusStreamCreate(gComm, &x.stream), "chorusStreamCreate");
+  x.syncEach = a.blocking == 2;
   printHeader(coll, a, argc, argv, nranks);
 
   const size_t es = typeSize(a.type);

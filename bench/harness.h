@@ -21,6 +21,7 @@ struct Counts {
 struct Ctx {
   chorusComm_t comm = nullptr;
   chorusStream_t stream = nullptr;  // NULL with -z 1
+  bool syncEach = false;            // -z 2: synchronize the stream after every call
   int rank = 0, nranks = 1, root = 0;
   chorusDataType_t type = chorusFloat32;
   chorusRedOp_t op = chorusSum;
