@@ -41,8 +41,10 @@ void ChorusBackend::close() {
   completer_.close();  // their streams belong to the communicators
   p2pCompleter_.close();
   callbackCompleter_.close();
-  std::lock_guard<std::mutex> g(callbackCommMu_);
-  if (callbackComm_ != nullptr) chorusCommDestroy(std::exchange(callbackComm_, nullptr));
+  {
+    std::lock_guard<std::mutex> g(callbackCommMu_);  // guards callbackComm_ alone
+    if (callbackComm_ != nullptr) chorusCommDestroy(std::exchange(callbackComm_, nullptr));
+  }
   if (comm_ != nullptr) chorusCommDestroy(std::exchange(comm_, nullptr));
 }
 

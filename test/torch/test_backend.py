@@ -396,8 +396,9 @@ def case_destroy(rank, world, gloo):
         during = threads()
         dist.destroy_process_group(g)
         del g
-        assert during > before and threads() == before, \
-            f"round {round}: {before} threads before the group, {during} with it, {threads()} after destroying it"
+        after = threads()
+        assert during > before and after == before, \
+            f"round {round}: {before} threads before the group, {during} with it, {after} after destroying it"
 
 
 def test_destroy_ends_the_communicator():
