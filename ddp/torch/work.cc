@@ -8,51 +8,13 @@
 #include <thread>
 
 #include "ddp/torch/compat.h"
+#include "ddp/torch/gil.h"
 
 namespace chorus::torchpg {
 
 namespace {
 
-// Releases the GIL for a scope where this thread holds it (a process group destroyed from Python): the threads
-// joined there may need it, to drop the last reference to a tensor that has a Python object.
-class WithoutGil {
- public:
-  WithoutGil() : state_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
-  ~WithoutGil() {
-    if (state_ != nullptr) PyEval_RestoreThread(state_);
-  }
-  WithoutGil(const WithoutGil&) = delete;
-  WithoutGil& operator=(const WithoutGil&) = delete;
-
- private:
-  PyThreadState* state_;
-};
-
-// Holds the GIL for a scope, where Python runs (the interpreter is not being finalized).
-class WithGil {
- public:
-  WithGil() : held_(Py_IsInitialized() && !finalizing()) {
-    if (held_) state_ = PyGILState_Ensure();
-  }
-  ~WithGil() {
-    if (held_) PyGILState_Release(state_);
-  }
-  WithGil(const WithGil&) = delete;
-  WithGil& operator=(const WithGil&) = delete;
-
- private:
-  static bool finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing();
-#else
-    return _Py_IsFinalizing();
-#endif
-  }
-  bool held_;
-  PyGILState_STATE state_{};
-};
-
-// How long a Future that was handed out stays unmarked while its issuing thread makes no further call.
+// How long a Future that C++ took stays unmarked while its issuing thread makes no further call.
 constexpr std::chrono::milliseconds kAttachWindow{1};
 
 }  // namespace
@@ -95,6 +57,7 @@ c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
   if (!handedOut_) {
     callsAtHandOut_ = calls_->load();
     handedOutAt_ = std::chrono::steady_clock::now();
+    taker_ = FutureTaker::here();
     if (completer_ != nullptr) completer_->hurry();
   }
   handedOut_ = true;
@@ -184,20 +147,29 @@ void ChorusWork::completeOnce(CallbackThread* callbacks) {
     if (error) future->setError(error);
     else future->markCompleted(c10::IValue(outputs));
   };
+  std::shared_ptr<FutureTaker> taker;
   {
     std::lock_guard<std::mutex> g(futureMu_);
     completer_ = nullptr;
+    taker = std::move(taker_);
     if (!handedOut_) {  // nobody holds the Future, so no callback can run here
       mark();
       return;
     }
   }
   if (callbacks == nullptr) return mark();
-  callbacks->post([mark = std::move(mark), calls = calls_, at = callsAtHandOut_, since = handedOutAt_] {
-    // Not before the thread that took the Future has called again or has had a while to attach its callbacks, and
-    // with the GIL, which that thread holds while it attaches them (Note [Callback order]).
-    while (calls->load() == at && std::chrono::steady_clock::now() - since < kAttachWindow)
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  callbacks->post([mark = std::move(mark), calls = calls_, at = callsAtHandOut_, since = handedOutAt_,
+                   taker = std::move(taker), future = future_.get()] {
+    // Not before the thread that took the Future has attached its callbacks (Note [Callback order]).
+    auto attached = [&] {
+      if (taker != nullptr) return taker->settled(future, sizeof(c10::ivalue::Future));
+      return calls->load() != at || std::chrono::steady_clock::now() - since >= kAttachWindow;
+    };
+    auto pause = std::chrono::microseconds(50);
+    while (!attached()) {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
     WithGil gil;
     mark();
   });
@@ -251,9 +223,18 @@ c10::intrusive_ptr<c10::ivalue::Future> CoalescedWork::getFuture() {
 //  * a collective called from that thread goes to a second communicator of the group (ChorusBackend::run);
 //  * the Future of such a call completes where it is asked for: the callback waits for it next;
 //  * a callback must never run on the issuing thread instead, which torch does when then() finds the Future
-//    already marked: a handed-out Future is marked only once the thread that took it has called the backend again
-//    (the next bucket's all_reduce), or after kAttachWindow, and only while holding the GIL, which that thread
-//    holds from get_future() to then(). (Waiting for the Future in C++ costs nothing: Work::wait completes there.)
+//    already marked: a handed-out Future is marked only once its callbacks are attached. A C++ caller (DDP's
+//    reducer with its built-in hooks) attaches them before it calls again, so the Future waits for the issuing
+//    thread's next call or kAttachWindow. A Python caller (a comm hook: PowerSGD's runs ~70 lines between
+//    get_future() and then()) may be preempted anywhere in between: the thread that waits 5 ms for the GIL makes
+//    CPython switch at the next bytecode, so holding the GIL proves nothing (CI hung that way: the callback ran
+//    inline on one rank and issued its all_reduce on the main communicator). So the Future waits for the frame that
+//    took it to leave its thread's stack (FutureTaker): then() must be called in that frame, as torch's hooks do
+//    (the thread's next collective proves nothing here: a hook may issue two before it chains the first). A frame
+//    that waits for the Future instead is seen blocked on the Future's futex (/proc/self/task/<tid>/syscall), one
+//    that waits for something else is seen off the CPU for FutureTaker::kBlocked, and FutureTaker::kLongest bounds
+//    the rest (a frame polling done()).
+//    (Waiting for the Future in C++ costs nothing: Work::wait completes there.)
 // A callback that blocks on a Future of a call it did not issue itself waits for callbacks queued behind it: it
 // must chain with then() instead, as every hook of torch does.
 namespace {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "ddp/torch/future_taker.h"
 
 namespace chorus::torchpg {
 
@@ -117,6 +118,7 @@ class ChorusWork final : public c10d::Work {
   CallCount calls_;
   uint64_t callsAtHandOut_ = 0;                          // guarded by futureMu_
   std::chrono::steady_clock::time_point handedOutAt_{};  // guarded by futureMu_
+  std::shared_ptr<FutureTaker> taker_;                    // the Python frame that took it; guarded by futureMu_
   std::once_flag once_;
 };
 

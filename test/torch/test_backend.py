@@ -8,6 +8,7 @@ Run with Debian's python3 and PYTHONPATH=<build>/ddp/torch.
 import faulthandler
 import os
 import tempfile
+import threading
 import time
 import traceback
 
@@ -403,6 +404,50 @@ def case_destroy(rank, world, gloo):
 
 def test_destroy_ends_the_communicator():
     spawn(2, case_destroy)
+
+
+def case_callbacks(rank, world, gloo):
+    """A Future's callbacks never run on the thread that took it, though that thread is preempted between
+    get_future() and then() (Note [Callback order] in ddp/torch/work.cc); the all_reduce a callback issues (as
+    PowerSGD's do) completes on every rank; a Future waited for, directly or through wait_all, or polled with
+    done(), completes."""
+    me = threading.get_ident()
+    for spin_s in (0.0, 0.03):
+        ran_on = []
+
+        def twice_reduced(f):
+            ran_on.append(threading.get_ident())
+            u = f.value()[0] * (rank + 1)
+            dist.all_reduce(u)
+            return u
+
+        fut = dist.all_reduce(torch.ones(4), async_op=True).get_future()
+        until = time.monotonic() + spin_s  # pure Python: the callback thread's wait for the GIL preempts it
+        while time.monotonic() < until:
+            pass
+        out = fut.then(twice_reduced).wait()
+        assert ran_on and ran_on[0] != me, f"spin {spin_s} s: the callback ran on the thread that took the Future"
+        assert torch.equal(out, torch.full((4,), float(world * sum(range(1, world + 1))))), f"spin {spin_s} s"
+    # A frame waiting for its Future is seen blocked on it at once, not after FutureTaker::kBlocked (50 ms): the
+    # fastest of five (load only slows the others) shows which.
+    waits = []
+    for _ in range(5):
+        start = time.monotonic()
+        got = dist.all_reduce(torch.ones(3), async_op=True).get_future().wait()
+        waits.append(time.monotonic() - start)
+        assert torch.equal(got[0], torch.full((3,), float(world)))
+    assert min(waits) < 0.04, f"get_future().wait() took {min(waits) * 1e3:.0f} ms at best"
+    got = torch.futures.wait_all([dist.all_reduce(torch.ones(2), async_op=True).get_future()])
+    assert torch.equal(got[0][0], torch.full((2,), float(world))), "wait_all"
+    fut = dist.all_reduce(torch.ones(2), async_op=True).get_future()
+    while not fut.done():
+        time.sleep(0.001)
+    assert torch.equal(fut.value()[0], torch.full((2,), float(world))), "polled with done()"
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_future_callbacks_run_off_the_issuing_thread(world):
+    spawn(world, case_callbacks)
 
 
 @pytest.mark.parametrize("world", [2, 4])
