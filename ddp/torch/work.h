@@ -119,7 +119,8 @@ class ChorusWork final : public c10d::Work {
   uint64_t callsAtHandOut_ = 0;                          // guarded by futureMu_
   std::chrono::steady_clock::time_point handedOutAt_{};  // guarded by futureMu_
   std::shared_ptr<FutureTaker> taker_;                    // the Python frame that took it; guarded by futureMu_
-  std::once_flag once_;
+  std::mutex completeMu_;  // held while completing: a second caller waits for the first
+  bool completed_ = false;  // guarded by completeMu_
 };
 
 // The Work of a coalescing region's end (Note [Coalescing] in backend.cc): done when every call of the region is, and
