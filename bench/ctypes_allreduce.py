@@ -1,0 +1,55 @@
+#!/usr/bin/python3
+"""A blocking chorusAllReduce from a plain Python loop through ctypes, no torch: us per call by size.
+
+Separates what a Python caller costs from what torch's path costs (docs/torch-results.md, "Fourth measurement").
+Float32 sum, in place, 64 KiB to 16 MiB by 4x, median of 5 rounds of about 0.2 s each; rank 0 prints
+"bytes us-per-call cpu/wall" (cpu/wall: the process's CPU seconds per wall second in the last round).
+Run: build/scripts/chorusrun -n 2 --no-prefix /usr/bin/python3 bench/ctypes_allreduce.py [LIBCHORUS]
+"""
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+CHORUS_FLOAT32, CHORUS_SUM = 7, 0  # chorusFloat32, chorusSum (include/chorus/chorus.h)
+
+
+def main():
+    lib = ctypes.CDLL(sys.argv[1] if len(sys.argv) > 1 else "build/libchorus.so.0")
+    lib.chorusAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                    ctypes.c_void_p, ctypes.c_void_p]
+    comm = ctypes.c_void_p()
+    if lib.chorusCommInitFromEnv(ctypes.byref(comm)) != 0:
+        raise SystemExit("chorusCommInitFromEnv failed")
+    rank = int(os.environ["CHORUS_RANK"])
+    one = np.zeros(1, dtype=np.float32)
+
+    def barrier():
+        lib.chorusAllReduce(one.ctypes.data, one.ctypes.data, 1, CHORUS_FLOAT32, CHORUS_SUM, comm, None)
+
+    size = 64 << 10
+    while size <= 16 << 20:
+        a = np.zeros(size // 4, dtype=np.float32)  # zeros, as all_reduce_perf times with
+        p, n = a.ctypes.data, a.size
+        iters = max(5, min(2000, int(0.2 / (size / 4e9 + 5e-6))))
+        rounds = []
+        for _ in range(5):
+            barrier()
+            start, cpu = time.perf_counter(), time.process_time()
+            for _ in range(iters):
+                lib.chorusAllReduce(p, p, n, CHORUS_FLOAT32, CHORUS_SUM, comm, None)
+            barrier()
+            wall = time.perf_counter() - start
+            rounds.append(wall / iters * 1e6)
+            cpu = (time.process_time() - cpu) / wall
+        if rank == 0:
+            print(f"{size} {statistics.median(rounds):.1f} cpu/wall {cpu:.2f}", flush=True)
+        size *= 4
+    lib.chorusCommDestroy(comm)
+
+
+if __name__ == "__main__":
+    main()
