@@ -31,19 +31,22 @@ std::string taskFile(pid_t tid, const char* name) {
 
 }  // namespace
 
-std::shared_ptr<FutureTaker> FutureTaker::here() {
+std::shared_ptr<FutureTaker> FutureTaker::here(const void* future, std::size_t bytes) {
   if (!Py_IsInitialized() || !PyGILState_Check()) return nullptr;
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   if (frame == nullptr) return nullptr;
   Py_INCREF(frame);
-  return std::shared_ptr<FutureTaker>(new FutureTaker(PyThreadState_Get(), reinterpret_cast<PyObject*>(frame)));
+  return std::shared_ptr<FutureTaker>(
+      new FutureTaker(PyThreadState_Get(), reinterpret_cast<PyObject*>(frame), future, bytes));
 }
 
-FutureTaker::FutureTaker(PyThreadState* tstate, PyObject* frame)
+FutureTaker::FutureTaker(PyThreadState* tstate, PyObject* frame, const void* future, std::size_t bytes)
     : tstate_(tstate),
       threadId_(PyThreadState_GetID(tstate)),
       tid_(static_cast<pid_t>(::syscall(SYS_gettid))),
       frame_(frame),
+      future_(reinterpret_cast<uintptr_t>(future)),
+      bytes_(bytes),
       takenAt_(std::chrono::steady_clock::now()),
       quietSince_(takenAt_) {}
 
@@ -52,14 +55,18 @@ FutureTaker::~FutureTaker() {
   if (gil.held()) Py_DECREF(frame_);  // once Python is finalizing, the frame is left to it
 }
 
-bool FutureTaker::settled(const void* future, std::size_t bytes) {
+// The frame is looked at first: it has usually left by the first look (a hook returns right after then()), and
+// the /proc reads are needed only while it has not.
+bool FutureTaker::settled() {
   if (std::chrono::steady_clock::now() - takenAt_ >= kLongest) return true;
   if (static_cast<pid_t>(::syscall(SYS_gettid)) == tid_) return true;  // the taker itself, in C++ (closing)
+  {
+    WithGil gil;
+    if (!gil.held() || !frameOnStack()) return true;
+  }
   bool gone = false;
-  if (waitsOn(future, bytes, &gone) || gone) return true;
-  if (offCpuTooLong(&gone) || gone) return true;
-  WithGil gil;
-  return !gil.held() || !frameOnStack();
+  if (waitsOnFuture(&gone) || gone) return true;
+  return offCpuTooLong(&gone) || gone;
 }
 
 bool FutureTaker::frameOnStack() {
@@ -82,7 +89,7 @@ bool FutureTaker::frameOnStack() {
 
 // /proc/self/task/<tid>/syscall: the number of the system call the thread is blocked in and its arguments, in hex.
 // A thread in Future::wait sleeps in futex() on a word of the Future's mutex or condition variable.
-bool FutureTaker::waitsOn(const void* future, std::size_t bytes, bool* gone) const {
+bool FutureTaker::waitsOnFuture(bool* gone) const {
   char buf[256];
   if (!readProc(taskFile(tid_, "syscall"), buf, sizeof buf)) {
     *gone = true;
@@ -92,8 +99,7 @@ bool FutureTaker::waitsOn(const void* future, std::size_t bytes, bool* gone) con
   const long nr = std::strtol(buf, &end, 10);
   if (end == buf || nr != SYS_futex) return false;
   const auto word = static_cast<uintptr_t>(std::strtoull(end, nullptr, 16));
-  const auto base = reinterpret_cast<uintptr_t>(future);
-  return word >= base && word < base + bytes;
+  return word >= future_ && word < future_ + bytes_;
 }
 
 // Time on the CPU from /proc/self/task/<tid>/schedstat (ns), or from stat's utime + stime where the kernel keeps

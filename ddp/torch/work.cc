@@ -57,7 +57,7 @@ c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
   if (!handedOut_) {
     callsAtHandOut_ = calls_->load();
     handedOutAt_ = std::chrono::steady_clock::now();
-    taker_ = FutureTaker::here();
+    taker_ = FutureTaker::here(future_.get(), sizeof(c10::ivalue::Future));
     if (completer_ != nullptr) completer_->hurry();
   }
   handedOut_ = true;
@@ -113,8 +113,8 @@ bool ChorusWork::isCompleted() {
   return true;
 }
 
-// Not std::call_once: glibc's ends it with a futex wake system call whether anyone waits or not, one per torch call
-// (6% of a one-rank all_reduce loop's time under perf).
+// Not std::call_once: glibc's ends it with a futex wake system call whether anyone waits or not, and every torch
+// call completes a Work (docs/torch-results.md, "Third step").
 void ChorusWork::complete(CallbackThread* callbacks) {
   std::lock_guard<std::mutex> g(completeMu_);
   if (completed_) return;
@@ -164,10 +164,10 @@ void ChorusWork::completeOnce(CallbackThread* callbacks) {
   }
   if (callbacks == nullptr) return mark();
   callbacks->post([mark = std::move(mark), calls = calls_, at = callsAtHandOut_, since = handedOutAt_,
-                   taker = std::move(taker), future = future_.get()] {
+                   taker = std::move(taker)] {
     // Not before the thread that took the Future has attached its callbacks (Note [Callback order]).
     auto attached = [&] {
-      if (taker != nullptr) return taker->settled(future, sizeof(c10::ivalue::Future));
+      if (taker != nullptr) return taker->settled();
       return calls->load() != at || std::chrono::steady_clock::now() - since >= kAttachWindow;
     };
     auto pause = std::chrono::microseconds(50);
