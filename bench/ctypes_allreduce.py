@@ -4,7 +4,9 @@
 Separates what a Python caller costs from what torch's path costs (docs/torch-results.md, "Fourth measurement").
 Float32 sum, in place, 64 KiB to 16 MiB by 4x, median of 5 rounds of about 0.2 s each; rank 0 prints
 "bytes us-per-call cpu/wall" (cpu/wall: the process's CPU seconds per wall second in the last round).
-Run: build/scripts/chorusrun -n 2 --no-prefix /usr/bin/python3 bench/ctypes_allreduce.py [LIBCHORUS]
+--stream: each call goes on one reused stream and is followed by chorusStreamSynchronize, the path torch's
+blocking all_reduce takes (a Work and its wait()).
+Run: build/scripts/chorusrun -n 2 --no-prefix /usr/bin/python3 bench/ctypes_allreduce.py [--stream] [LIBCHORUS]
 """
 import ctypes
 import os
@@ -18,13 +20,20 @@ CHORUS_FLOAT32, CHORUS_SUM = 7, 0  # chorusFloat32, chorusSum (include/chorus/ch
 
 
 def main():
-    lib = ctypes.CDLL(sys.argv[1] if len(sys.argv) > 1 else "build/libchorus.so.0")
+    args = sys.argv[1:]
+    use_stream = "--stream" in args
+    args = [a for a in args if a != "--stream"]
+    lib = ctypes.CDLL(args[0] if args else "build/libchorus.so.0")
     lib.chorusAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                                     ctypes.c_void_p, ctypes.c_void_p]
     comm = ctypes.c_void_p()
     if lib.chorusCommInitFromEnv(ctypes.byref(comm)) != 0:
         raise SystemExit("chorusCommInitFromEnv failed")
     rank = int(os.environ["CHORUS_RANK"])
+    stream = ctypes.c_void_p()
+    if use_stream and lib.chorusStreamCreate(comm, ctypes.byref(stream)) != 0:
+        raise SystemExit("chorusStreamCreate failed")
+    sync = lib.chorusStreamSynchronize if use_stream else (lambda s: 0)
     one = np.zeros(1, dtype=np.float32)
 
     def barrier():
@@ -40,7 +49,8 @@ def main():
             barrier()
             start, cpu = time.perf_counter(), time.process_time()
             for _ in range(iters):
-                lib.chorusAllReduce(p, p, n, CHORUS_FLOAT32, CHORUS_SUM, comm, None)
+                lib.chorusAllReduce(p, p, n, CHORUS_FLOAT32, CHORUS_SUM, comm, stream)
+                sync(stream)
             barrier()
             wall = time.perf_counter() - start
             rounds.append(wall / iters * 1e6)
@@ -48,6 +58,8 @@ def main():
         if rank == 0:
             print(f"{size} {statistics.median(rounds):.1f} cpu/wall {cpu:.2f}", flush=True)
         size *= 4
+    if use_stream:
+        lib.chorusStreamDestroy(stream)
     lib.chorusCommDestroy(comm)
 
 

@@ -237,6 +237,49 @@ TEST(DeferredWake, AnOperationNobodyWaitsForStillRuns) {
   std::printf("deferred wakes on rank 0: %llu of 300\n", static_cast<unsigned long long>(deferrals));
 }
 
+// While every deferred operation is run by its synchronizing thread, the resting worker looks less and less often,
+// at most every 16 x CHORUS_DEFER_US (Note [Deferred wake]); an operation nobody waits for after such a run is still
+// started by the worker, within that bound.
+TEST(DeferredWake, AfterARunOfSynchronizedCallsAnOperationNobodyWaitsForStillRuns) {
+  setenv("CHORUS_DEFER_US", "5000", 1);  // looks every 5 to 80 ms
+  std::atomic<bool> finished{false};
+  int scale = 0;
+  double waitedMs = 0;
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    chorusStream_t s = nullptr;
+    check(chorusStreamCreate(comm, &s), comm, "stream create");
+    // Rank 0 decides when the run ends (600 ms, long enough for the looks to reach 80 ms), so both make the same calls.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(600);
+    for (int more = 1; more != 0;) {
+      int32_t v = r == 0 && std::chrono::steady_clock::now() < until ? 1 : 0;
+      check(chorusAllReduce(&v, &v, 1, chorusInt32, chorusSum, comm, r == 0 ? s : nullptr), comm, "synchronized");
+      check(chorusStreamSynchronize(s), comm, "synchronize");
+      more = v;
+    }
+    std::vector<int32_t> a(7, r + 1);
+    if (r == 0) {
+      scale = comm->executor().restScale();
+      const auto start = std::chrono::steady_clock::now();
+      check(chorusAllReduce(a.data(), a.data(), a.size(), chorusInt32, chorusSum, comm, s), comm, "queued");
+      while (!finished.load() && std::chrono::steady_clock::now() - start < std::chrono::seconds(10))
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      waitedMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      if (!finished.load()) throw std::runtime_error("the operation nobody waited for did not start within 10 s");
+      check(chorusStreamSynchronize(s), comm, "synchronize");
+    } else {
+      check(chorusAllReduce(a.data(), a.data(), a.size(), chorusInt32, chorusSum, comm, nullptr), comm, "blocking");
+      finished.store(true);
+    }
+    if (a[6] != 3) throw std::runtime_error("got " + std::to_string(a[6]) + ", want 3");
+    check(chorusStreamDestroy(s), comm, "stream destroy");
+  });
+  unsetenv("CHORUS_DEFER_US");
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+  EXPECT_GT(scale, 1) << "the worker never looked less often: the test did not exercise Note [Deferred wake]";
+  std::printf("rest scale after the run: %d; the operation nobody waited for finished after %.1f ms\n", scale,
+              waitedMs);
+}
+
 // With a 10 s rest, only a wake starts rank 0's deferred operations within the test's time: a query of the stream, a
 // second operation queued behind the first, and destroying the stream each wake the worker.
 TEST(DeferredWake, PollingASecondOperationOrDestroyingTheStreamWakeTheWorker) {

@@ -32,7 +32,8 @@ constexpr EnvSpec kEnvTable[] = {
      "microseconds a waiting rank then polls between sched_yield calls before it sleeps (0..100000)"},
     {"CHORUS_DEFER_US", "int", "1000",
      "microseconds an operation queued on a host stream may wait for the thread that synchronizes it to run it "
-     "itself before the communicator's worker starts it (0..10000000; 0: the worker is woken at once)"},
+     "itself before the communicator's worker starts it, up to 16 times that after a run of operations that were all "
+     "synchronized promptly (0..10000000; 0: the worker is woken at once)"},
     {"CHORUS_TIMEOUT", "int", "600", "seconds an operation may make no progress before chorusTimeout (1..)"},
     {"CHORUS_INIT_TIMEOUT", "int", "120", "seconds communicator creation may take before chorusTimeout (1..)"},
     {"CHORUS_PEER_TIMEOUT", "int", "30",

@@ -1,5 +1,6 @@
 #include "lib/comm/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string_view>
 
@@ -109,7 +110,13 @@ void Executor::releaseInline() {
 // waited for during its run by, a synchronizing thread; once the worker runs one itself (a batch it keeps up with,
 // work nobody waited for within CHORUS_DEFER_US) it is woken again at once (all_reduce_perf -z 0 over TCP, 8 B:
 // 11-12 us with every lone operation deferred, 9 us with neither). A resting worker that finds no deferred wake
-// when it looks sleeps until woken, so an idle process does not wake up.
+// when it looks sleeps until woken, so an idle process does not wake up. One that finds wakes were deferred but
+// every such operation already taken by its synchronizing thread doubles the time to its next look, up to
+// kMaxRestScale x CHORUS_DEFER_US, and is back at CHORUS_DEFER_US once it runs an operation or sleeps until woken:
+// each look is a thread wake-up, and on a host with no idle core it preempts a rank in a lockstep collective
+// (a Python loop of stream calls and synchronizes, 2 ranks on 2 cores, 1 MiB: ~1000 looks a second cost 10%;
+// docs/results/2026-12-07-deferred-look.md). So an operation nobody waits for starts within CHORUS_DEFER_US
+// unless it follows a run of promptly synchronized ones, and within kMaxRestScale x CHORUS_DEFER_US always.
 // Device streams, host functions and blocking callers always wake the worker.
 //
 // Note [Allocation-free queueing]: the issuing thread of a stream's operations shares the cores with the workers
@@ -145,6 +152,11 @@ void Executor::wakeDeferredLocked() {
   if (!deferred_.load()) return;
   deferred_.store(false);
   if (!queue_.empty()) cv_.notify_all();
+}
+
+int Executor::restScale() {
+  std::lock_guard<std::mutex> g(mu_);
+  return restScale_;
 }
 
 void Executor::drain() {
@@ -193,8 +205,13 @@ void Executor::workerLoop() {
         continue;
       }
       deferredSinceLook_ = false;
-      if (!cv_.wait_for(g, rest, work)) {
-        if (!deferredSinceLook_) workerResting_ = false;  // a quiet period: sleep until woken
+      if (!cv_.wait_for(g, rest * restScale_, work)) {
+        if (!deferredSinceLook_) {  // a quiet period: sleep until woken
+          workerResting_ = false;
+          restScale_ = 1;
+        } else {  // every deferred operation was taken by its synchronizing thread: look less often
+          restScale_ = std::min(restScale_ * 2, kMaxRestScale);
+        }
         continue;
       }
     }
@@ -209,6 +226,7 @@ void Executor::workerLoop() {
       continue;
     }
     helperWaits_ = false;
+    restScale_ = 1;
     runFront(g, true);
   }
 }

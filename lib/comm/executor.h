@@ -52,6 +52,8 @@ class Executor {
   void drain();
   // How many operations were queued without waking the worker (Note [Deferred wake]); for tests.
   uint64_t deferrals() const { return deferrals_.load(); }
+  // How many CHORUS_DEFER_US the resting worker sleeps before it looks (Note [Deferred wake]); for tests.
+  int restScale();
   // Ends the worker once the queue is empty; no tagged traffic is driven afterwards.
   void stop();
 
@@ -89,6 +91,8 @@ class Executor {
   bool workerResting_ = false;     // guarded by mu_: it waits with a timeout (Note [Deferred wake])
   bool helperWaits_ = false;       // guarded by mu_: a synchronizing thread ran the last operation, or waited for it
   bool deferredSinceLook_ = false;  // guarded by mu_: a wake was deferred since the resting worker last looked
+  static constexpr int kMaxRestScale = 16;
+  int restScale_ = 1;  // guarded by mu_: the resting worker looks every restScale_ x CHORUS_DEFER_US
   std::atomic<uint64_t> deferrals_{0};
   std::atomic<bool> deferred_{false};  // a queued operation's wake was deferred and nobody has taken it yet
   std::thread worker_;
