@@ -5,7 +5,10 @@
 //
 // Every test runs under a watchdog: a test that takes longer than 20 s prints its name and ends the process
 // (a hang cannot be turned into an ordinary failure from inside the hung test).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -503,6 +506,31 @@ TEST(Init, FromEnvWithoutRankOrRoot) {
   env.set("CHORUS_SECRET", "not-hex");
   EXPECT_REFUSED(chorusCommInitFromEnv(&c), chorusInvalidArgument, nullptr, "CHORUS_SECRET='not-hex'");
   EXPECT_EQ(c, nullptr);
+}
+
+// A root address that another process listens on is refused as such (Error::sysErrno, not the message's text),
+// not retried on every interface.
+TEST(Init, FromEnvWithTheRootAddressTaken) {
+  Watchdog wd;
+  const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  ASSERT_EQ(::getsockname(taken, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  EnvGuard env;
+  env.set("CHORUS_RANK", "0");
+  env.set("CHORUS_NRANKS", "2");
+  const std::string root = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  env.set("CHORUS_ROOT", root.c_str());
+  chorusComm_t c = nullptr;
+  EXPECT_REFUSED(chorusCommInitFromEnv(&c), chorusSystemError, nullptr, "cannot listen at the root address",
+                 root.c_str(), "CHORUS_ROOT");
+  EXPECT_EQ(c, nullptr);
+  ::close(taken);
 }
 
 TEST(Init, BogusAlgoAndNsocks) {

@@ -331,7 +331,7 @@ chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm) {
       try {
         listener = listenOn(bindAddr, nullptr);
       } catch (const Error& e) {
-        if (std::string(e.what()).find(std::strerror(EADDRINUSE)) != std::string::npos)
+        if (e.sysErrno() == EADDRINUSE)
           fail(chorusSystemError, "rank 0 cannot listen at the root address {}: {}; choose a free one with CHORUS_ROOT",
                rootText, e.what());
         // Otherwise the name may resolve to an address of another interface: listen on all of them.

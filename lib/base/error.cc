@@ -27,7 +27,7 @@ Reclaim::~Reclaim() {
 
 void failErrno(const std::string& what) {
   int e = errno;
-  throw Error(chorusSystemError, fmt::format("{}: {}", what, std::strerror(e)));
+  throw Error(chorusSystemError, fmt::format("{}: {}", what, std::strerror(e)), e);
 }
 
 const char* keepThreadText(std::string*& slot, const std::string& text) {

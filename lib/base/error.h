@@ -14,11 +14,16 @@ namespace chorus {
 
 class Error : public std::runtime_error {
  public:
-  Error(chorusResult_t code, std::string message) : std::runtime_error(std::move(message)), code_(code) {}
+  Error(chorusResult_t code, std::string message, int sysErrno = 0)
+      : std::runtime_error(std::move(message)), code_(code), sysErrno_(sysErrno) {}
   chorusResult_t code() const { return code_; }
+  // The errno of the failed system call (failErrno), 0 for other errors: callers that handle one errno test this,
+  // never the message.
+  int sysErrno() const { return sysErrno_; }
 
  private:
   chorusResult_t code_;
+  int sysErrno_;
 };
 
 template <typename... Args>

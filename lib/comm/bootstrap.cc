@@ -144,42 +144,56 @@ struct Joiner {
   bool answered = false;     // its table (or the reason there is none) was sent
 };
 
-// Reads what is available of j's one frame; "" when complete, "wait" for more, else why to drop it.
-std::string readJoin(Joiner& j, const auth::Key& key) {
-  if (Clock::now() > j.deadline) return "it stayed silent past the handshake deadline";
+// What readJoin found in a joiner's connection.
+struct JoinRead {
+  enum class State { kComplete, kWait, kDrop };
+  State state;
+  std::string why;  // kDrop: why the connection is dropped
+};
+
+JoinRead dropJoin(std::string why) { return {.state = JoinRead::State::kDrop, .why = std::move(why)}; }
+JoinRead frameTooLong(uint32_t len) {
+  return dropJoin(fmt::format("it announced a {}-byte frame (limit {})", len, kMaxInfoFrame));
+}
+
+// Reads what is available of j's one frame.
+JoinRead readJoin(Joiner& j, const auth::Key& key) {
+  const JoinRead kWait{.state = JoinRead::State::kWait, .why = {}};
+  if (Clock::now() > j.deadline) return dropJoin("it stayed silent past the handshake deadline");
   uint8_t tmp[4096];
   size_t want = j.buf.size() < 4 ? 4 - j.buf.size() : 0;
   if (j.buf.size() >= 4) {
     uint32_t len;
     std::memcpy(&len, j.buf.data(), 4);
-    if (len > kMaxInfoFrame) return fmt::format("it announced a {}-byte frame (limit {})", len, kMaxInfoFrame);
+    if (len > kMaxInfoFrame) return frameTooLong(len);
     want = 4 + len - j.buf.size();
   }
-  if (want == 0) return "";
+  if (want == 0) return {.state = JoinRead::State::kComplete, .why = {}};
   ssize_t r = ::recv(j.fd.get(), tmp, std::min(want, sizeof tmp), MSG_DONTWAIT);
-  if (r == 0) return "it closed the connection";
-  if (r < 0) return (errno == EAGAIN || errno == EINTR) ? "wait" : std::strerror(errno);
+  if (r == 0) return dropJoin("it closed the connection");
+  if (r < 0) return (errno == EAGAIN || errno == EINTR) ? kWait : dropJoin(std::strerror(errno));
   j.buf.insert(j.buf.end(), tmp, tmp + r);
-  if (j.buf.size() < 4) return "wait";
+  if (j.buf.size() < 4) return kWait;
   uint32_t len;
   std::memcpy(&len, j.buf.data(), 4);
-  if (len > kMaxInfoFrame) return fmt::format("it announced a {}-byte frame (limit {})", len, kMaxInfoFrame);
-  if (j.buf.size() < 4 + len) return "wait";
-  if (len < sizeof(auth::Mac)) return "a frame too short to carry its proof";
+  if (len > kMaxInfoFrame) return frameTooLong(len);
+  if (j.buf.size() < 4 + len) return kWait;
+  if (len < sizeof(auth::Mac)) return dropJoin("a frame too short to carry its proof");
   std::vector<uint8_t> payload(j.buf.begin() + 4, j.buf.end() - static_cast<long>(sizeof(auth::Mac)));
   try {
     Reader rd(payload, j.from.str());
-    if (rd.get<uint32_t>() != kBootMagic) return "bad magic (not a Chorus rank)";
+    if (rd.get<uint32_t>() != kBootMagic) return dropJoin("bad magic (not a Chorus rank)");
     uint32_t version = rd.get<uint32_t>();
-    if (version != kBootVersion) return fmt::format("bootstrap version {} (root speaks {})", version, kBootVersion);
+    if (version != kBootVersion)
+      return dropJoin(fmt::format("bootstrap version {} (root speaks {})", version, kBootVersion));
     if (!auth::equal(auth::mac(key, j.challenge.data(), j.challenge.size(), payload.data(), payload.size()),
                      &*(j.buf.end() - static_cast<long>(sizeof(auth::Mac)))))
-      return "wrong secret (its proof does not match)";
+      return dropJoin("wrong secret (its proof does not match)");
     decodeJoin(payload, j.from.str(), &j.nonce, &j.info);
   } catch (const Error& e) {
-    return e.what();
+    return dropJoin(e.what());
   }
-  return "";
+  return {.state = JoinRead::State::kComplete, .why = {}};
 }
 
 }  // namespace
@@ -243,9 +257,9 @@ void serveRoot(Fd listener, uint64_t secret, double timeoutSec, std::function<st
     for (size_t i = 0; i < conns.size();) {
       Joiner& j = conns[i];
       if (j.joined) { ++i; continue; }
-      std::string problem = readJoin(j, joinK);
-      if (problem == "wait") { ++i; continue; }
-      if (problem.empty()) {
+      const JoinRead read = readJoin(j, joinK);
+      if (read.state == JoinRead::State::kWait) { ++i; continue; }
+      if (read.state == JoinRead::State::kComplete) {
         const RankInfo& r = j.info;
         if (nranks < 0) nranks = r.nranks;
         if (r.nranks != nranks)
@@ -264,7 +278,7 @@ void serveRoot(Fd listener, uint64_t secret, double timeoutSec, std::function<st
         if (failure.empty()) { ++i; continue; }
       }
       if (!failure.empty()) break;
-      CHORUS_WARN(kBootstrap, "bootstrap root dropped a connection from {}: {}", j.from.str(), problem);
+      CHORUS_WARN(kBootstrap, "bootstrap root dropped a connection from {}: {}", j.from.str(), read.why);
       conns.erase(conns.begin() + static_cast<long>(i));
       byRank.clear();
       for (size_t k = 0; k < conns.size(); ++k)
