@@ -55,7 +55,7 @@ build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -
 leak_transports=(transports) noleak_suites=()
 if [ -n "$(ucx_suites build-asan errors)" ]; then leak_transports=() noleak_suites=(transports errors-ucx runtime_errors-ucx); fi
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  meson test -C build-asan --print-errorlogs --num-processes 1 reduce kernel_elements task_storage smoke errors exit runtime_errors gather_scatter made_ops comm_split recovery tagged tagged-tcp streams liveness flight shm tree_shape \
+  meson test -C build-asan --print-errorlogs --num-processes 1 reduce kernel_elements copy task_storage smoke errors exit runtime_errors gather_scatter made_ops comm_split recovery tagged tagged-tcp streams liveness flight shm tree_shape \
   selection tree ddp ddp_train mlp memory_spaces device_ipc cuda_driver ibverbs_engine ibverbs_policy \
   "${leak_transports[@]}" $(ucx_suites build-asan smoke ddp failures) || status=1
 if [ ${#noleak_suites[@]} -gt 0 ]; then

@@ -14,11 +14,13 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "chorus/chorus.h"
+#include "lib/kernels/copy.h"
 #include "lib/kernels/reduce.h"
 
 namespace chorus::mem {
@@ -83,7 +85,7 @@ class Space {
 
   void copy(void* dst, const void* src, size_t bytes) const {
     if (dst == src || bytes == 0) return;
-    if (dev_ == nullptr) std::memmove(dst, src, bytes);
+    if (dev_ == nullptr) hostCopy(dst, src, bytes);
     else dev_->copy(dst, src, bytes);
   }
   void reduce(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt, chorusRedOp_t op) const {
@@ -98,6 +100,13 @@ class Space {
   }
 
  private:
+  // Space::copy's callers may pass overlapping ranges (memmove's contract); kernels::copy takes disjoint ones.
+  static void hostCopy(void* dst, const void* src, size_t bytes) {
+    const auto d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+    if (d + bytes <= s || s + bytes <= d) kernels::copy(dst, src, bytes);
+    else std::memmove(dst, src, bytes);
+  }
+
   Device* dev_ = nullptr;
 };
 

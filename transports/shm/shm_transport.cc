@@ -17,6 +17,7 @@
 #include "lib/base/identity.h"
 #include "lib/base/env.h"
 #include "lib/base/error.h"
+#include "lib/kernels/copy.h"
 #include "lib/kernels/reduce.h"
 #include "lib/base/log.h"
 #include "transports/handshake.h"
@@ -389,7 +390,7 @@ class ShmTransport final : public Transport {
         m.sent = m.len;
       } else {
         size_t n = std::min(kSlotPayload, m.len - m.sent);
-        std::memcpy(slot.payload, m.buf + m.sent, n);
+        kernels::copy(slot.payload, m.buf + m.sent, n);
         h.type = SlotType::Inline;
         h.part = {m.sent, n, 0};
         m.sent += n;
@@ -469,13 +470,13 @@ class ShmTransport final : public Transport {
   // Stores (or, for irecvReduce, reduces) n payload bytes at offset `at` of the message.
   static void deliver(RecvMsg& m, size_t at, const uint8_t* payload, size_t n) {
     if (n == 0) return;
-    if (m.src == nullptr) std::memcpy(m.buf + at, payload, n);
+    if (m.src == nullptr) kernels::copy(m.buf + at, payload, n);
     else kernels::reduce(m.buf + at, m.src + at, payload, n / kernels::dataTypeSize(m.dtype), m.dtype, m.op);
   }
 
   void copyFromPeer(Peer& p, uint8_t* dst, uint64_t src, size_t n, const OpTag& tag) {
     if (p.sameProcess) {
-      std::memcpy(dst, reinterpret_cast<const void*>(src), n);
+      kernels::copy(dst, reinterpret_cast<const void*>(src), n);
       return;
     }
     size_t done = 0;
