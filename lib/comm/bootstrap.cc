@@ -159,6 +159,7 @@ JoinRead frameTooLong(uint32_t len) {
 // Reads what is available of j's one frame.
 JoinRead readJoin(Joiner& j, const auth::Key& key) {
   const JoinRead kWait{.state = JoinRead::State::kWait, .why = {}};
+  const JoinRead kComplete{.state = JoinRead::State::kComplete, .why = {}};
   if (Clock::now() > j.deadline) return dropJoin("it stayed silent past the handshake deadline");
   uint8_t tmp[4096];
   size_t want = j.buf.size() < 4 ? 4 - j.buf.size() : 0;
@@ -168,7 +169,7 @@ JoinRead readJoin(Joiner& j, const auth::Key& key) {
     if (len > kMaxInfoFrame) return frameTooLong(len);
     want = 4 + len - j.buf.size();
   }
-  if (want == 0) return {.state = JoinRead::State::kComplete, .why = {}};
+  if (want == 0) return kComplete;
   ssize_t r = ::recv(j.fd.get(), tmp, std::min(want, sizeof tmp), MSG_DONTWAIT);
   if (r == 0) return dropJoin("it closed the connection");
   if (r < 0) return (errno == EAGAIN || errno == EINTR) ? kWait : dropJoin(std::strerror(errno));
@@ -193,7 +194,7 @@ JoinRead readJoin(Joiner& j, const auth::Key& key) {
   } catch (const Error& e) {
     return dropJoin(e.what());
   }
-  return {.state = JoinRead::State::kComplete, .why = {}};
+  return kComplete;
 }
 
 }  // namespace
