@@ -6,7 +6,10 @@ Float32 sum, in place, 64 KiB to 16 MiB by 4x, median of 5 rounds of about 0.2 s
 "bytes us-per-call cpu/wall" (cpu/wall: the process's CPU seconds per wall second in the last round).
 --stream: each call goes on one reused stream and is followed by chorusStreamSynchronize, the path torch's
 blocking all_reduce takes (a Work and its wait()).
-Run: build/scripts/chorusrun -n 2 --no-prefix /usr/bin/python3 bench/ctypes_allreduce.py [--stream] [LIBCHORUS]
+--busy=US: spin US microseconds in Python before each call, standing in for a caller's own per-call work (torch's
+dispatch costs 3.5-5 us); with two ranks the time per call should grow by US if their per-call work overlaps.
+Run: build/scripts/chorusrun -n 2 --no-prefix /usr/bin/python3 bench/ctypes_allreduce.py [--stream] [--busy=US]
+     [LIBCHORUS]
 """
 import ctypes
 import os
@@ -22,7 +25,8 @@ CHORUS_FLOAT32, CHORUS_SUM = 7, 0  # chorusFloat32, chorusSum (include/chorus/ch
 def main():
     args = sys.argv[1:]
     use_stream = "--stream" in args
-    args = [a for a in args if a != "--stream"]
+    busy = next((float(a.split("=", 1)[1]) * 1e-6 for a in args if a.startswith("--busy=")), 0.0)
+    args = [a for a in args if a != "--stream" and not a.startswith("--busy=")]
     lib = ctypes.CDLL(args[0] if args else "build/libchorus.so.0")
     lib.chorusAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                                     ctypes.c_void_p, ctypes.c_void_p]
@@ -49,6 +53,10 @@ def main():
             barrier()
             start, cpu = time.perf_counter(), time.process_time()
             for _ in range(iters):
+                if busy:
+                    until = time.perf_counter() + busy
+                    while time.perf_counter() < until:
+                        pass
                 lib.chorusAllReduce(p, p, n, CHORUS_FLOAT32, CHORUS_SUM, comm, stream)
                 sync(stream)
             barrier()
