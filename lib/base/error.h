@@ -1,5 +1,5 @@
 // One error model inside the library: chorus::Error carries a chorusResult_t and a sentence naming the argument,
-// rank or peer at fault. Exported functions catch it at the C boundary (lib/api_guard.h) and turn it into a
+// rank or peer at fault. Exported functions catch it at the C boundary (lib/api/api_guard.h) and turn it into a
 // result code plus chorusGetLastError() text.
 #pragma once
 

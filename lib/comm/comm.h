@@ -1,5 +1,5 @@
 // The communicator: who the ranks are, how to reach each peer, and the one thread at a time that drives its
-// operations (lib/executor.h). Algorithms talk to peers only through isend/irecv/waitUntil below, which route
+// operations (lib/comm/executor.h). Algorithms talk to peers only through isend/irecv/waitUntil below, which route
 // each peer to its transport.
 #pragma once
 
@@ -53,7 +53,7 @@ class Comm : public algo::Context {
   // The link numbers of the slowest transport serving a pair of ranks that share a host (the same on every
   // rank); none when no two ranks share one.
   const std::optional<transport::LinkTraits>& localLink() const { return localCost_; }
-  // AUTO's predictions (algorithms/cost_model.h), built at creation (lib/tuning.h).
+  // AUTO's predictions (algorithms/cost_model.h), built at creation (lib/comm/tuning.h).
   const algo::CostModel& costModel() const { return model_; }
   // The memory a call's buffers may be in besides host memory: the device current at creation (host: none).
   const mem::Space& space() const { return space_; }
