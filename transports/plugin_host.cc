@@ -363,7 +363,7 @@ std::vector<Descriptor> loadPlugins(std::vector<Unavailable>* refused) {
         }
       } else {
         CHORUS_WARN(kInit, "transport plugin refused: {}", why);
-        refused->push_back({name, why});
+        refused->push_back({.name = name, .why = why, .env = {}});
         names.insert(name);
       }
     }
@@ -374,10 +374,15 @@ std::vector<Descriptor> loadPlugins(std::vector<Unavailable>* refused) {
   for (const std::string& name : splitList(CHORUS_SHIPPED_PLUGINS, ',')) {
     if (names.count(name)) continue;
     if (std::find(built.begin(), built.end(), name) == built.end())
-      refused->push_back({name, "not built into this Chorus (meson -D" + name + "=disabled, or its library was "
-                                "missing at build time)"});
+      refused->push_back({.name = name,
+                          .why = "not built into this Chorus (meson -D" + name +
+                                 "=disabled, or its library was missing at build time)",
+                          .env = {}});
     else
-      refused->push_back({name, fmt::format("plugin libchorus-{}.so not found (searched {})", name, searched)});
+      refused->push_back(
+          {.name = name,
+           .why = fmt::format("plugin libchorus-{}.so not found (searched {})", name, searched),
+           .env = {}});
   }
   return loaded;
 }

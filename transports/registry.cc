@@ -26,8 +26,10 @@ Registry build(bool withPlugins) {
   if (withPlugins)
     for (Descriptor& d : loadPlugins(&reg.refused)) {
       if (std::any_of(all.begin(), all.end(), [&](const Descriptor& o) { return o.name == d.name; })) {
-        reg.refused.push_back({d.name, fmt::format("{} is a second transport named {} (the first is kept)", d.origin,
-                                                   d.name)});
+        reg.refused.push_back({.name = d.name,
+                               .why = fmt::format("{} is a second transport named {} (the first is kept)", d.origin,
+                                                  d.name),
+                               .env = {}});
         continue;
       }
       all.push_back(std::move(d));
@@ -35,7 +37,7 @@ Registry build(bool withPlugins) {
   for (Descriptor& d : all) {
     std::string why = d.unavailable ? d.unavailable() : "";
     if (why.empty()) reg.usable.push_back(std::move(d));
-    else reg.refused.push_back({d.name, why});
+    else reg.refused.push_back({.name = d.name, .why = why, .env = d.env});
   }
   std::stable_sort(reg.usable.begin(), reg.usable.end(),
                    [](const Descriptor& a, const Descriptor& b) { return a.preference < b.preference; });

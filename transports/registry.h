@@ -50,6 +50,7 @@ struct Descriptor {
 struct Unavailable {
   std::string name;  // the transport's name, or the file's when it could not even say its name
   std::string why;
+  std::span<const EnvSpec> env;  // its section of the environment table, where it loaded and could say it
 };
 
 // Finds and loads the plugins (once per process); select() does it when the spec needs them.

@@ -27,9 +27,11 @@ constexpr EnvSpec kEnvTable[] = {
      "cores, tcp 127.5K, ucx 1M, over UCX's shared memory 128K "
      "from 16M on a host; measured), at most 96K across hosts"},
     {"CHORUS_SPIN_US", "int", "", "microseconds a waiting rank polls before it sleeps in epoll (0..100000); "
-     "default 50, or 0 when this host runs more ranks than it has cores"},
+     "default 50, or 0 when this host runs more ranks than it has cores (a spinning rank would take the time slice of "
+     "the rank it waits for)"},
     {"CHORUS_YIELD_US", "int", "200",
-     "microseconds a waiting rank then polls between sched_yield calls before it sleeps (0..100000)"},
+     "microseconds a waiting rank then polls between sched_yield calls, which let a peer sharing its core run, before "
+     "it sleeps (0..100000)"},
     {"CHORUS_DEFER_US", "int", "1000",
      "microseconds an operation queued on a host stream may wait for the thread that synchronizes it to run it "
      "itself before the communicator's worker starts it, up to 16 times that after a run of operations that were all "
@@ -58,6 +60,9 @@ constexpr EnvSpec kEnvTable[] = {
     {"CHORUS_DEVICE_IPC_REDUCE", "int", "1",
      "1: a reducing step over device IPC runs the reduce kernel reading the peer's buffer; 0: the copy engine "
      "copies it to scratch first"},
+    {"CHORUS_CUDA_STREAM_WAIT", "enum", "memop",
+     "how a CUDA stream waits for a Chorus operation queued on it (read by the CUDA memory plugin): memop, the "
+     "driver's cuStreamWaitValue32 (a host function where the driver lacks it), or hostfn, a host function"},
     {"CHORUS_PLUGIN_PATH", "string", "",
      "colon list of folders searched first for transport plugins (libchorus-NAME.so), then the folder of "
      "libchorus.so and its chorus/ sub-folder"},

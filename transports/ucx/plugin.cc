@@ -11,7 +11,8 @@ namespace {
 
 // UCX reads its own UCX_* variables (UCX_TLS, UCX_NET_DEVICES, ...); these are Chorus's.
 constexpr EnvSpec kEnv[] = {
-    {"CHORUS_UCX_DISABLE", "int", "0", "1: UCX serves no pair unless CHORUS_TRANSPORTS names it"},
+    {"CHORUS_UCX_DISABLE", "int", "0", "1: UCX serves no pair unless CHORUS_TRANSPORTS names it; UCX's own "
+     "variables (UCX_TLS, UCX_NET_DEVICES, ...) apply as usual"},
     {"CHORUS_UCX_ERROR_MODE", "enum", "none",
      "none: endpoints without UCX's peer error handling (zero-copy rendezvous over tcp; a peer's death is seen by "
      "its pid on this host, by UCX's failed transfers elsewhere); peer: UCP_ERR_HANDLING_MODE_PEER where UCX "
