@@ -1,4 +1,4 @@
-// Note [Cost model]
+// Note [Cost model]:
 // AUTO picks an allreduce algorithm per call by predicted time in the alpha-beta(-gamma) form:
 //     time = alpha * latency steps + bytes on the busiest link / beta + bytes reduced by one rank / gamma
 // where the pipelined algorithms (ring, tree) overlap the three terms as described below,

@@ -1,4 +1,4 @@
-// Note [Ring]
+// Note [Ring]:
 // Vocabulary: the buffer is cut into n *segments* (one per rank); every segment into C *chunks* of at most
 // CHORUS_CHUNK_BYTES; a *step* moves one segment one hop around the ring (to rank+1). Reduce-scatter takes
 // n-1 steps, all-gather n-1 more; an allreduce is both, so each rank sends 2(n-1)/n of the buffer.

@@ -1,4 +1,4 @@
-// Note [Double binary tree]
+// Note [Double binary tree]:
 // The buffer is cut in two halves; tree t (0, 1) of algorithms/tree_shape.h (hostTree: a double binary tree
 // over hosts, a chain inside each host) reduces half t toward its root and broadcasts the result back. Each
 // half is cut into chunks of at most CHORUS_CHUNK_BYTES; chunk c of tree t is message (c, t). Up messages go

@@ -1,7 +1,7 @@
 // Bucket assignment: which parameters share a bucket (one AllReduce), a pure function of their sizes, their
 // datatypes and the order their gradients are expected in.
 //
-// Note [Bucket assignment] (PyTorch's compute_bucket_assignment_by_size, the seeds' rule): walk the parameters in
+// Note [Bucket assignment]: PyTorch's compute_bucket_assignment_by_size, the seeds' rule. Walk the parameters in
 // `order` (reverse registration order at first, because backward produces the last layer's gradients first;
 // the recorded first-ready-first order after a rebuild). Each datatype has one open bucket; a parameter joins
 // its datatype's open bucket, and the bucket closes once its bytes reach or exceed its cap, so a bucket may

@@ -2,11 +2,11 @@
 // and the averages written back at the end of backward (PyTorch's Reducer semantics; include/chorus/ddp.h is
 // the contract).
 //
-// Note [Bucket launch order] Collectives on a communicator are matched by issue order, so every rank must launch
+// Note [Bucket launch order]: collectives on a communicator are matched by issue order, so every rank must launch
 // bucket i before bucket i+1 whatever order its gradients become ready in (otherwise ranks would add different
 // buckets together). A cursor `next_` launches only the consecutive complete buckets starting at it.
 //
-// Note [One step's collectives] Every rank issues, per step and in this order: at pre-forward the bucket
+// Note [One step's collectives]: every rank issues, per step and in this order: at pre-forward the bucket
 // rebuild's order broadcast (once, after the first backward) and the buffer broadcasts; at prepare-for-backward
 // one small asynchronous control AllReduce {active ranks, synchronising ranks}; in a synchronised backward the
 // buckets 0..B-1 and, with findUnusedParameters, the used-parameter counts. A joined rank (chorusDdpJoin)

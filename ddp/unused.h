@@ -1,6 +1,6 @@
 // Unused-parameter tracking for findUnusedParameters (seed 000 §17.33, seed 002 §4.2).
 //
-// Note [Unused parameters] A parameter is locally used when some forward of the current accumulation window
+// Note [Unused parameters]: a parameter is locally used when some forward of the current accumulation window
 // (the no_sync backward passes plus the synchronised one that ends it) used it. At the end of a synchronised
 // backward the local flags are summed over the ranks in an int32 AllReduce of their own (not inside a gradient
 // bucket: a bucket holds one floating-point type). A parameter no rank used keeps its gradient untouched; one

@@ -203,9 +203,8 @@ TEST(Helping, ATaggedReceivePostedByAHelperIsDrivenToTheEnd) {
   EXPECT_TRUE(errors.empty()) << joined(errors);
 }
 
-// Note [Deferred wake]: a worker defers its wake for an operation queued alone while the thread that
-// synchronizes runs (or promptly waits for) the work; so each round first has rank 0 synchronize an operation at
-// once. Then nobody on rank 0 waits for or polls its next operation (the thread waits on a flag that rank 1 sets
+// A worker defers its wake for an operation queued alone while the thread that synchronizes runs (or promptly
+// waits for) the work (Note [Deferred wake]); so each round first has rank 0 synchronize an operation at once. Then nobody on rank 0 waits for or polls its next operation (the thread waits on a flag that rank 1 sets
 // after its blocking call, which needs rank 0's operation): the resting worker still starts it, every round.
 TEST(DeferredWake, AnOperationNobodyWaitsForStillRuns) {
   std::atomic<int> finished{-1};

@@ -17,7 +17,7 @@ namespace {
 constexpr double kHandshakeSeconds = 5.0;
 }  // namespace
 
-// Note [Handshake]
+// Note [Handshake]:
 // The lower rank of a pair connects and sends its Hello at once; the higher rank, inside accept(), collects
 // connections until the one it waits for has arrived. Connections from other peers that arrive meanwhile are
 // kept for their own accept() call (the transport's take() stores them); everything that fails a check is

@@ -82,7 +82,7 @@ const Descriptor* find(const std::string& name) {
   return nullptr;
 }
 
-// Note [CHORUS_TRANSPORTS]
+// Note [CHORUS_TRANSPORTS]:
 // NCCL's list grammar: "ucx" (only UCX), "shm,ucx" (those, in that order of preference), "^shm" (every
 // available transport but shm, in default order), case-insensitive, blanks ignored. Empty: every available
 // transport in default order, less those whose own settings say no (CHORUS_SHM_DISABLE=1 acts as "^shm"). A

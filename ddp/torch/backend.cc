@@ -26,7 +26,7 @@ ChorusBackend::ChorusBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
   comm_ = makeComm(kStoreKey);
 }
 
-// Note [Teardown]
+// Note [Teardown]:
 // c10::intrusive_ptr runs an object's destructor only once its weak references are gone too; when the last strong
 // one goes first, it calls release_resources(). A backend always has weak references: closeAll's list holds one
 // (Note [Threads at exit]), and torch may hold others. So the communicators go in release_resources(): in the
@@ -48,7 +48,7 @@ void ChorusBackend::close() {
   if (comm_ != nullptr) chorusCommDestroy(std::exchange(comm_, nullptr));
 }
 
-// Note [Threads at exit]
+// Note [Threads at exit]:
 // A backend's threads complete Works and run their Futures' callbacks, which take the GIL (a callback in Python, or
 // dropping the last reference to a tensor Python made). A backend torch still holds when the script ends (a DDP
 // module keeps its group) lives on into interpreter finalization, where a thread that takes the GIL is ended by
@@ -198,7 +198,7 @@ c10::intrusive_ptr<c10d::Work> ChorusBackend::run(Call call) {
   return work;
 }
 
-// Note [Coalescing]
+// Note [Coalescing]:
 // Between startCoalescing and endCoalescing (torch's _coalescing_manager) the collectives called are validated at
 // the call, as any, and then held; the region's end issues them, in call order, as one Chorus group on one stream
 // (what NCCL's coalescing does), and each call's Work completes with that stream. Point-to-point calls are issued at

@@ -38,7 +38,7 @@ class ChorusBackend final : public BackendBase {
   void release_resources() override;
   const std::string getBackendName() const override { return "chorus"; }
 
-  // Note [Threads at exit]: registers a backend made by the creator, so that closeAll() can reach it.
+  // Registers a backend made by the creator, so that closeAll() can reach it (Note [Threads at exit]).
   static void live(const c10::intrusive_ptr<ChorusBackend>& backend);
   // Completes what every live backend has in flight, runs its callbacks and ends its threads; the backends stay
   // usable (a later call completes on the calling thread). Called from Python's atexit, before finalization.

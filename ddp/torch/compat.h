@@ -1,7 +1,7 @@
 // What differs between the torch releases chorus_torch builds against (1.13, Debian 12's; 2.x, as 2.6 in Debian 13),
 // chosen by torch's own version macros, in one place: the other files are written against current torch.
 //
-// Note [Backend or ProcessGroup]
+// Note [Backend or ProcessGroup]:
 // From torch 2.0 a third-party backend is a c10d::Backend: torch wraps it in its own ProcessGroup, which dispatches
 // each call by the tensors' device, names the group (setGroupUid), and runs coalescing through it; torch 1.13 has no
 // such wrapper, and a backend there is a c10d::ProcessGroup subclass. The two classes declare the same operations

@@ -216,7 +216,7 @@ c10::intrusive_ptr<c10::ivalue::Future> CoalescedWork::getFuture() {
                                         c10::ListType::ofTensors());
 }
 
-// Note [Callback order]
+// Note [Callback order]:
 // A Future's callbacks may issue collectives: PowerSGD's hook all-reduces its P and Q matrices from callbacks of the
 // bucket's all_reduce, and waits for each inside the callback. Collectives must be called in one order on every
 // rank, yet those callbacks run while the issuing thread (autograd's) goes on calling the next buckets' all_reduce:

@@ -8,7 +8,7 @@
 
 namespace chorus::auth {
 
-// Note [Authentication]
+// Note [Authentication]:
 // Every rank of a communicator knows its 64-bit secret (from the unique id, or CHORUS_SECRET); nobody else should
 // be able to join it, feed it a bootstrap table, or open a connection to one of its transports. The secret itself
 // never crosses the wire: each side proves it knows it by a MAC (HMAC-SHA256) under a key derived from it, over

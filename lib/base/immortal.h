@@ -1,6 +1,6 @@
 // Process-wide state that is never destroyed.
 //
-// Note [Immortal statics]
+// Note [Immortal statics]:
 // Chorus may be called from another library's exit-time destructors: torch keeps its process groups in a static
 // registry of libtorch, whose destructor (run by exit()) destroys the "chorus" backend, which destroys its
 // communicator. exit() runs static destructors in the reverse order of construction, so those of a library loaded

@@ -207,7 +207,7 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
   for (transport::Transport* t : inUse_) t->settle(deadline);
 }
 
-// Note [Device routes]
+// Note [Device routes]:
 // A call on device memory reaches a peer of the same host device to device where both ranks offer device IPC
 // (transports/ipc/ipc_transport.h: their communicators are on devices of one runtime that has IPC, and
 // CHORUS_DEVICE_IPC is not 0); the pair's host transport still carries its host calls and its failures. Every
@@ -256,7 +256,7 @@ bool Comm::progress() {
   return moved;
 }
 
-// Note [Staging device memory]
+// Note [Staging device memory]:
 // Memory the CPU may not touch (a GPU's) reaches a host transport through host memory. A send starts a device
 // copy of its bytes to a bounce buffer and is handed to the transport once that copy is done; a receive lands in
 // a bounce buffer and starts a copy to the device, and the algorithm sees it done once that copy is. The copies

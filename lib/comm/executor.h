@@ -43,8 +43,8 @@ class Executor {
   enum class Launch { kWake, kDefer, kWorkerOnly };
   // Queues fn and returns; each stream counts it as pending until it finishes.
   void enqueue(Fn fn, std::span<chorusStream* const> streams, Launch launch = Launch::kWake);
-  // Note [Helping]: unless `done`, runs the queued operation on the calling thread if it is the only one, the
-  // executor is idle, the worker parked, and it is not a host function. Otherwise wakes a deferred worker.
+  // Unless `done`, runs the queued operation on the calling thread if it is the only one, the executor is idle,
+  // the worker parked, and it is not a host function (Note [Helping]). Otherwise wakes a deferred worker.
   void help(FunctionRef<bool()> done);
   // For a thread about to wait for queued work or poll it: wakes the worker if its wake was deferred.
   void wakeDeferred();

@@ -11,7 +11,7 @@
 
 namespace chorus {
 
-// Note [Rendezvous]
+// Note [Rendezvous]:
 // A failed communicator cannot carry the exchange that forms its successor, and the process that hosted its
 // bootstrap root may be the one that died. So every rank keeps one more listening socket for the life of the
 // communicator, and the bootstrap table tells everyone where each is. To form a new communicator, the ranks that
@@ -26,7 +26,7 @@ namespace chorus {
 // with the others on the next split. Connections waiting on a listener between rounds sit in its backlog until a
 // root accepts and checks them; a root serves one communicator and exits, closing its duplicate.
 
-// Note [Members gone]
+// Note [Members gone]:
 // A round's members are ranks of a communicator that already exists, so, unlike the ranks of a first creation,
 // they are known, and one that is gone need not be waited for until the creation timeout (120 s by default). The
 // parent communicator tells (Comm::goneAmong) when a member has exited, for a member on this host (its pid, a

@@ -44,7 +44,7 @@ chorusResult_t chorusStream::query(std::string* msg) {
 
 namespace chorus {
 
-// Note [Device streams]
+// Note [Device streams]:
 // chorusStreamCreateFromCuda wraps an application's CUDA stream, and a call on it keeps NCCL's contract: it starts
 // after the work queued on that stream before the call, work queued after waits for it, and the calling thread
 // does not block. At the call, the issuing thread queues a fence on the device stream (mem::DeviceStream): a point

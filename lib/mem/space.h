@@ -1,6 +1,6 @@
 // Where a call's buffers live, and the data work done on them there.
 //
-// Note [Memory spaces]
+// Note [Memory spaces]:
 // A call's buffers are classified once, at the API (mem::classify: the classifier a device plugin registers, or
 // host memory when none is), and the Space travels in CollArgs. The algorithms copy, reduce, scale and allocate
 // scratch through it (Context::scratch takes the Space), never with memcpy or the CPU kernels, so each is

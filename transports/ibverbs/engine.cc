@@ -1,4 +1,4 @@
-// Note [ibverbs protocol]
+// Note [ibverbs protocol]:
 //  One Channel per peer drives that peer's reliable-connected queue pairs (QPs). Every message belongs to a class
 //  (Note [Message classes] in lib/base/ops.h) and gets the next number of its class between the pair on both
 //  sides; a receive takes the message with its own number, so messages are matched by number, not by arrival.

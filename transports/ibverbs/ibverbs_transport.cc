@@ -1,4 +1,4 @@
-// Note [ibverbs connections]
+// Note [ibverbs connections]:
 //  A rank opens one port (the ports CHORUS_IB_HCA selects, the rank's number picking among them so that the ranks
 //  of a host spread over its ports) and listens on a TCP socket whose address is the transport's address. For
 //  each pair, the lower rank's connect() creates its queue pairs, moves them to INIT, posts their receives and

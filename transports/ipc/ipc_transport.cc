@@ -22,7 +22,7 @@
 
 namespace chorus::transport::ipc {
 
-// Note [Device IPC]
+// Note [Device IPC]:
 // A pair of ranks of one host shares a page of host memory (ipc_page.h) with a ring of descriptors per direction. A
 // send exports the allocation that holds its buffer (mem::Device::ipcExport: cudaIpcGetMemHandle for CUDA) and
 // publishes a descriptor: the message's tag and length, the handle and the offset. The receiver, in order, checks the

@@ -1,7 +1,7 @@
 // Shared-memory transport: ranks on one host (equal host identity) talk through a segment per pair
 // (transports/shm/segment.h) and a unix-socket control channel per pair (transports/shm/control.h).
 //
-// Note [Shared-memory data path]
+// Note [Shared-memory data path]:
 //  * Messages of up to kSmallBytes (24) travel inside the slot header's cache line: a one-line latency path.
 //  * Larger ones stream through the FIFO's 64 KiB slots: the sender copies in, the receiver copies out, both
 //    through cache-resident slots (16 per direction), so the pair works in parallel and nothing spills to DRAM.

@@ -1,4 +1,4 @@
-// Note [UCX transport]
+// Note [UCX transport]:
 //  Vocabulary. The transport owns one UCP context, one worker (thread mode SERIALIZED: one thread at a time, not
 //  always the same one) and one endpoint per peer. An Op is one isend/irecv or control message; its Parts are
 //  the UCP operations it posted, each a UCP request freed exactly once, after it completed. A UCP tag holds the
