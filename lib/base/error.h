@@ -3,6 +3,7 @@
 // result code plus chorusGetLastError() text.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -14,16 +15,23 @@ namespace chorus {
 
 class Error : public std::runtime_error {
  public:
-  Error(chorusResult_t code, std::string message, int sysErrno = 0)
-      : std::runtime_error(std::move(message)), code_(code), sysErrno_(sysErrno) {}
+  // What a caller may act on beyond the code. Control flow reads this, never the message.
+  enum class Kind : uint8_t {
+    kOther,
+    kPeerAborted,  // a peer said it failed and aborted the communicator (failPeerAborted)
+  };
+  Error(chorusResult_t code, std::string message, int sysErrno = 0, Kind kind = Kind::kOther)
+      : std::runtime_error(std::move(message)), code_(code), sysErrno_(sysErrno), kind_(kind) {}
   chorusResult_t code() const { return code_; }
   // The errno of the failed system call (failErrno), 0 for other errors: callers that handle one errno test this,
   // never the message.
   int sysErrno() const { return sysErrno_; }
+  Kind kind() const { return kind_; }
 
  private:
   chorusResult_t code_;
   int sysErrno_;
+  Kind kind_;
 };
 
 template <typename... Args>
@@ -33,6 +41,11 @@ template <typename... Args>
 
 // Throws chorusSystemError with strerror(errno) appended.
 [[noreturn]] void failErrno(const std::string& what);
+
+// A transport received `peer`'s Abort: it failed and aborted the communicator, for `reason`. Throws
+// Kind::kPeerAborted, with chorusInvalidUsage when the peer's failure was a wrong call there, else
+// chorusRemoteError.
+[[noreturn]] void failPeerAborted(const std::string& peer, bool wrongCall, const std::string& reason);
 
 // Thread-local text returned by chorusGetLastError(NULL).
 void setThreadLastError(const std::string& text);

@@ -97,8 +97,7 @@ void DataSocket::onHeader(const uint8_t* early, size_t earlyLen) {
       } catch (const Error&) {
         text = "(reason lost)";
       }
-      chorusResult_t code = h.code == chorusInvalidUsage ? chorusInvalidUsage : chorusRemoteError;
-      fail(code, "{} failed and aborted the communicator: {}", peer_->name(), text);
+      failPeerAborted(peer_->name(), h.code == chorusInvalidUsage, text);
     }
     case FrameType::Data:
       if (control_) failPeer("sent data on its control connection; closing");
@@ -244,7 +243,7 @@ void DataSocket::readAfterFailure() {
   try {
     drain();
   } catch (const Error& e) {
-    if (std::string(e.what()).find("failed and aborted") != std::string::npos) throw;
+    if (e.kind() == Error::Kind::kPeerAborted) throw;
   }
 }
 
