@@ -6,12 +6,16 @@ Every rank makes a "chorus" default group and a "gloo" group, a 1-D DeviceMesh o
 the first Linear of a pair column-wise, the second row-wise (torch's Megatron-style plan, an all_reduce of the
 activations per pair forward and one per pair backward). Rounds alternate which backend goes first; each times
 --steps SGD steps after a warm-up. Prints the median step time per backend and gloo's over chorus's. Needs torch 2.x.
+With --cpu (local processes) it also prints, per backend, the CPU time a step takes summed over the ranks (every
+thread of each process) and the context switches: where the ranks outnumber the cores, a step can take no less wall
+time than that CPU time over the cores.
 
 Local processes:  PYTHONPATH=build/ddp/torch python3 bench/torch_tp_step.py [-n 2]
 Simulated hosts:  scripts/netns-cluster -k 2 --rate 1gbit -- env PYTHONPATH=... python3 bench/torch_tp_step.py
 """
 import argparse
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -48,11 +52,13 @@ def timed_steps(net, opt, x, y, steps):
         opt.step()
     step()
     dist.barrier()
-    times = []
+    times = []  # per step: wall s, CPU s, voluntary and involuntary context switches
     for _ in range(steps):
-        start = time.perf_counter()
+        before, cpu, start = resource.getrusage(resource.RUSAGE_SELF), time.process_time(), time.perf_counter()
         step()
-        times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        times.append((time.perf_counter() - start, time.process_time() - cpu, after.ru_nvcsw - before.ru_nvcsw,
+                      after.ru_nivcsw - before.ru_nivcsw))
     dist.barrier()
     return times
 
@@ -73,20 +79,28 @@ def rank_main(rank, world, init, args, out):
         for name in list(nets) if r % 2 == 0 else reversed(list(nets)):
             net, opt = nets[name]
             results[name] += timed_steps(net, opt, x, y, args.steps)
-    if rank == 0:
-        out.append({k: statistics.median(v) for k, v in results.items()})
+    # Per backend: the median of each of the four figures over this rank's steps.
+    out.append((rank, {k: [statistics.median(step[i] for step in v) for i in range(4)] for k, v in results.items()}))
     dist.destroy_process_group()
 
 
-def report(world, args, med):
+def report(world, args, ranks):
+    med = dict(ranks)[0]
     where = os.environ.get("CLUSTER_DIR") and "simulated hosts (netns-cluster)" or "one host"
     print(f"# tensor-parallel step, {world} processes on {where}, {args.layers} x (Linear({args.width}, "
           f"{4 * args.width}) + Linear({4 * args.width}, {args.width})), batch {args.batch}, median of {args.rounds} "
           f"x {args.steps} interleaved steps")
     print("| backend | step ms |\n|---|---|")
     for k in ("chorus", "gloo"):
-        print(f"| {k} | {med[k] * 1e3:.1f} |")
-    print(f"gloo step / chorus step: {med['gloo'] / med['chorus']:.2f}")
+        print(f"| {k} | {med[k][0] * 1e3:.1f} |")
+    print(f"gloo step / chorus step: {med['gloo'][0] / med['chorus'][0]:.2f}")
+    if args.cpu and len(ranks) == world:
+        cores = len(os.sched_getaffinity(0))
+        print(f"| backend | CPU ms per step, all {world} ranks | that over {cores} cores | voluntary / involuntary "
+              "context switches per step, all ranks |\n|---|---|---|---|")
+        for k in ("chorus", "gloo"):
+            total = [sum(m[k][i] for _, m in ranks) for i in range(4)]
+            print(f"| {k} | {total[1] * 1e3:.1f} | {total[1] * 1e3 / cores:.1f} | {total[2]:.0f} / {total[3]:.0f} |")
 
 
 def main():
@@ -98,14 +112,15 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
+    ap.add_argument("--cpu", action="store_true", help="also CPU time and context switches per step")
     args = ap.parse_args()
     if "CLUSTER_DIR" in os.environ:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
         out = []
         rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
                   "file://" + os.path.join(os.environ["CLUSTER_DIR"], "tp-init"), args, out)
-        if out:
-            report(int(os.environ["WORLD_SIZE"]), args, out[0])
+        if out and out[0][0] == 0:
+            report(int(os.environ["WORLD_SIZE"]), args, out)
         return
     os.environ.setdefault("CHORUS_SOCKET_IFNAME", "=lo")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -120,7 +135,7 @@ def main():
             p.join()
         if any(p.exitcode != 0 for p in procs):
             raise SystemExit("a rank failed")
-        report(args.n, args, out[0])
+        report(args.n, args, list(out))
 
 
 if __name__ == "__main__":
