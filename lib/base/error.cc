@@ -30,9 +30,9 @@ void failErrno(const std::string& what) {
   throw Error(chorusSystemError, fmt::format("{}: {}", what, std::strerror(e)), e);
 }
 
-void failPeerAborted(const std::string& peer, bool wrongCall, const std::string& reason) {
-  throw Error(wrongCall ? chorusInvalidUsage : chorusRemoteError,
-              fmt::format("{} failed and aborted the communicator: {}", peer, reason), 0, Error::Kind::kPeerAborted);
+Error peerAborted(const std::string& peer, bool wrongCall, const std::string& reason) {
+  return Error(wrongCall ? chorusInvalidUsage : chorusRemoteError,
+               fmt::format("{} failed and aborted the communicator: {}", peer, reason), 0, Error::Kind::kPeerAborted);
 }
 
 const char* keepThreadText(std::string*& slot, const std::string& text) {

@@ -18,7 +18,7 @@ class Error : public std::runtime_error {
   // What a caller may act on beyond the code. Control flow reads this, never the message.
   enum class Kind : uint8_t {
     kOther,
-    kPeerAborted,  // a peer said it failed and aborted the communicator (failPeerAborted)
+    kPeerAborted,  // a peer said it failed and aborted the communicator (peerAborted)
   };
   Error(chorusResult_t code, std::string message, int sysErrno = 0, Kind kind = Kind::kOther)
       : std::runtime_error(std::move(message)), code_(code), sysErrno_(sysErrno), kind_(kind) {}
@@ -42,10 +42,9 @@ template <typename... Args>
 // Throws chorusSystemError with strerror(errno) appended.
 [[noreturn]] void failErrno(const std::string& what);
 
-// A transport received `peer`'s Abort: it failed and aborted the communicator, for `reason`. Throws
-// Kind::kPeerAborted, with chorusInvalidUsage when the peer's failure was a wrong call there, else
-// chorusRemoteError.
-[[noreturn]] void failPeerAborted(const std::string& peer, bool wrongCall, const std::string& reason);
+// What a transport raises on `peer`'s Abort (it failed and aborted the communicator, for `reason`): Kind::kPeerAborted,
+// with chorusInvalidUsage when the peer's failure was a wrong call there, else chorusRemoteError.
+Error peerAborted(const std::string& peer, bool wrongCall, const std::string& reason);
 
 // Thread-local text returned by chorusGetLastError(NULL).
 void setThreadLastError(const std::string& text);

@@ -450,7 +450,7 @@ bool Channel::onMessage(const WireHeader& h, const uint8_t* payload, size_t byte
     }
     case MsgType::Abort: {
       const std::string text(reinterpret_cast<const char*>(payload), std::min<size_t>(bytes, h.len));
-      failPeerAborted(peer_, h.root == chorusInvalidUsage, text);
+      throw peerAborted(peer_, h.root == chorusInvalidUsage, text);
     }
   }
   failPeer(fmt::format("sent a message of type {}: not this protocol", int(h.type)));

@@ -99,7 +99,7 @@ FrameReader::Status FrameReader::poll(int sock, const std::string& peerName) {
       if (f.type == FrameType::Bye) bye_ = true;
       if (f.type == FrameType::Abort) {
         std::string text(reinterpret_cast<const char*>(buf_) + sizeof f, f.textLen);
-        failPeerAborted(peerName, f.code == chorusInvalidUsage, text);
+        throw peerAborted(peerName, f.code == chorusInvalidUsage, text);
       }
       std::memmove(buf_, buf_ + total, have_ - total);
       have_ -= total;

@@ -97,7 +97,7 @@ void DataSocket::onHeader(const uint8_t* early, size_t earlyLen) {
       } catch (const Error&) {
         text = "(reason lost)";
       }
-      failPeerAborted(peer_->name(), h.code == chorusInvalidUsage, text);
+      throw peerAborted(peer_->name(), h.code == chorusInvalidUsage, text);
     }
     case FrameType::Data:
       if (control_) failPeer("sent data on its control connection; closing");

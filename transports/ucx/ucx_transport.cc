@@ -611,8 +611,7 @@ class UcxTransport final : public Transport {
         CHORUS_DEBUG(kNet, "{}: {} said goodbye", self(), p.name);
         break;
       case ControlType::Abort: {
-        fault(c.code == chorusInvalidUsage ? chorusInvalidUsage : chorusRemoteError,
-              "{} failed and aborted the communicator: {}", p.name, text);
+        fault(peerAborted(p.name, c.code == chorusInvalidUsage, text));
         break;
       }
       default:
