@@ -12,14 +12,13 @@ Run: build/scripts/chorusrun -n 2 --no-prefix /usr/bin/python3 bench/ctypes_allr
      [LIBCHORUS]
 """
 import ctypes
-import os
 import statistics
 import sys
 import time
 
 import numpy as np
 
-CHORUS_FLOAT32, CHORUS_SUM = 7, 0  # chorusFloat32, chorusSum (include/chorus/chorus.h)
+from chorus_ctypes import CHORUS_FLOAT32, CHORUS_SUM, open_comm
 
 
 def main():
@@ -27,13 +26,7 @@ def main():
     use_stream = "--stream" in args
     busy = next((float(a.split("=", 1)[1]) * 1e-6 for a in args if a.startswith("--busy=")), 0.0)
     args = [a for a in args if a != "--stream" and not a.startswith("--busy=")]
-    lib = ctypes.CDLL(args[0] if args else "build/libchorus.so.0")
-    lib.chorusAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                                    ctypes.c_void_p, ctypes.c_void_p]
-    comm = ctypes.c_void_p()
-    if lib.chorusCommInitFromEnv(ctypes.byref(comm)) != 0:
-        raise SystemExit("chorusCommInitFromEnv failed")
-    rank = int(os.environ["CHORUS_RANK"])
+    lib, comm, rank, _ = open_comm(args[0] if args else "build/libchorus.so.0")
     stream = ctypes.c_void_p()
     if use_stream and lib.chorusStreamCreate(comm, ctypes.byref(stream)) != 0:
         raise SystemExit("chorusStreamCreate failed")

@@ -7,8 +7,8 @@ torch's fake backend (torch.testing's FakeProcessGroup: it moves nothing and ret
 runs `dist.all_reduce(t)` over the fake group, which costs what torch's Python and dispatcher path costs and sweeps
 the caches as that path does, and then `chorusAllReduce` on t's memory. No backend can make a torch call cheaper
 than that sum, less what a ctypes call and its loop cost over a C++ caller (about 1 us: `--c-only` leaves the fake
-call out, to compare with all_reduce_perf). Float32 sum, in place, us per call (median of 5 timed blocks after a warm-up block), printed by rank 0 as
-"bytes us". torch 2.x only (the fake backend). In the trixie root:
+call out, to compare with all_reduce_perf). Float32 sum, in place, us per call (median of 5 timed blocks after a
+warm-up block), printed by rank 0 as "bytes us". torch 2.x only (the fake backend). In the trixie root:
 
   scripts/torch2.sh run 'build-trixie/scripts/chorusrun -n 2 --no-prefix python3 bench/torch_bound.py [--c-only]
       [--lib build-trixie/libchorus.so.0] [BYTES ...]'
@@ -16,15 +16,13 @@ call out, to compare with all_reduce_perf). Float32 sum, in place, us per call (
 docs/torch-results.md ("Sixth step") compares it with the same call through the "chorus" backend.
 """
 import argparse
-import ctypes
-import os
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
-CHORUS_FLOAT32, CHORUS_SUM = 7, 0  # chorusFloat32, chorusSum (include/chorus/chorus.h)
+from chorus_ctypes import CHORUS_FLOAT32, CHORUS_SUM, open_comm
 
 
 def main():
@@ -34,13 +32,7 @@ def main():
     p.add_argument("sizes", nargs="*", type=int, default=[64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20])
     args = p.parse_args()
     torch.set_num_threads(1)
-    lib = ctypes.CDLL(args.lib)
-    lib.chorusAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                                    ctypes.c_void_p, ctypes.c_void_p]
-    comm = ctypes.c_void_p()
-    if lib.chorusCommInitFromEnv(ctypes.byref(comm)) != 0:
-        raise SystemExit("chorusCommInitFromEnv failed: run under chorusrun")
-    rank, world = int(os.environ["CHORUS_RANK"]), int(os.environ["CHORUS_NRANKS"])
+    lib, comm, rank, world = open_comm(args.lib)
     from torch.testing._internal.distributed.fake_pg import FakeStore  # registers "fake"
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
     for size in args.sizes:
