@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A tensor-parallel (DTensor) MLP training step over "chorus" against "gloo", side by side in the same processes.
 
-Every rank makes a "chorus" default group and a "gloo" group, a 1-D DeviceMesh over each, and the same MLP
+Every rank makes a "chorus" default group and a "gloo" group, a named 1-D DeviceMesh over each, and the same MLP
 (--layers pairs of Linear(--width, 4 x --width), ReLU, Linear(4 x --width, --width)) parallelized on each mesh:
 the first Linear of a pair column-wise, the second row-wise (torch's Megatron-style plan, an all_reduce of the
 activations per pair forward and one per pair backward). Rounds alternate which backend goes first; each times
@@ -68,10 +68,16 @@ def rank_main(rank, world, init, args, out):
     dist.init_process_group("chorus", init_method=init, rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
     nets = {}
+    meshes = {}
     for name, group in (("chorus", dist.group.WORLD), ("gloo", gloo)):
-        mesh = DeviceMesh.from_group(group, "cpu")
-        m = parallelize_module(mlp(args.width, args.layers), mesh, plan(args.layers))
+        # Note [Meshes of one process]: DeviceMesh compares equal by device type, ranks and dimension names, not by
+        # group, and DTensor caches its sharding decisions by mesh. Two unnamed 1-D meshes over the same ranks are
+        # one mesh to DTensor, and the collectives of the net that runs second go to the first net's group. The
+        # names keep them apart; the assert below guards it.
+        meshes[name] = DeviceMesh.from_group(group, "cpu", mesh_dim_names=(name,))
+        m = parallelize_module(mlp(args.width, args.layers), meshes[name], plan(args.layers))
         nets[name] = (m, torch.optim.SGD(m.parameters(), lr=1e-4))
+    assert meshes["chorus"] != meshes["gloo"], "DTensor takes the meshes for one (Note [Meshes of one process])"
     g = torch.Generator().manual_seed(7)  # the same batch on every rank: tensor parallelism splits the model
     x, y = torch.randn(args.batch, args.width, generator=g), torch.randn(args.batch, args.width, generator=g)
     results = {name: [] for name in nets}
