@@ -2,6 +2,7 @@
 // chorusStreamSynchronize may run the communicator's queued operations itself, so these tests check that issue
 // order, results and host functions stay as chorus.h promises whichever thread runs an operation.
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
@@ -146,6 +147,22 @@ TEST(Helping, HostFunctionsRunOnTheCommunicatorsThreadNotOnTheSynchronizingOne) 
         throw std::runtime_error("round " + std::to_string(round) + ": the host function ran on the thread that "
                                  "synchronized its stream");
     }
+    check(chorusStreamDestroy(s), comm, "stream destroy");
+  });
+  EXPECT_TRUE(errors.empty()) << joined(errors);
+}
+
+// The communicator's thread carries a name (top -H, perf and gdb show it), which a host function on it can read.
+TEST(Helping, TheCommunicatorsThreadIsNamed) {
+  auto errors = runRanks(1, [&](int, chorusComm_t& comm) {
+    chorusStream_t s = nullptr;
+    check(chorusStreamCreate(comm, &s), comm, "stream create");
+    char name[16] = {};
+    check(chorusLaunchHostFunc(s, [](void* p) { pthread_getname_np(pthread_self(), static_cast<char*>(p), 16); },
+                               name), comm, "host function");
+    check(chorusStreamSynchronize(s), comm, "synchronize");
+    if (std::string(name) != "chorus-worker")
+      throw std::runtime_error("the communicator's thread is named '" + std::string(name) + "', not chorus-worker");
     check(chorusStreamDestroy(s), comm, "stream destroy");
   });
   EXPECT_TRUE(errors.empty()) << joined(errors);

@@ -1,6 +1,7 @@
 #include "ddp/torch/work.h"
 
 #include <Python.h>
+#include <pthread.h>
 #include <ATen/core/ivalue.h>
 
 #include <algorithm>
@@ -270,6 +271,7 @@ void CallbackThread::post(std::function<void()> fn) {
 }
 
 void CallbackThread::run() {
+  pthread_setname_np(pthread_self(), "chorus-callback");  // as libchorus names its own threads
   tOnCallbackThread = true;
   std::unique_lock<std::mutex> g(mu_);
   for (;;) {

@@ -15,6 +15,7 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/text.h"
+#include "lib/base/thread_name.h"
 
 namespace chorus {
 
@@ -43,6 +44,7 @@ int parseSignal(const std::string& text) {
 }
 
 void dumpAll() {
+  nameThisThread("chorus-dump");
   for (;;) {
     char buf[64];
     const ssize_t got = ::read(gPipe[0], buf, sizeof buf);

@@ -14,6 +14,7 @@
 #include "lib/base/error.h"
 #include "lib/base/identity.h"
 #include "lib/base/log.h"
+#include "lib/base/thread_name.h"
 #include "transports/transport.h"
 
 namespace chorus {
@@ -200,6 +201,7 @@ JoinRead readJoin(Joiner& j, const auth::Key& key) {
 }  // namespace
 
 void serveRoot(Fd listener, uint64_t secret, double timeoutSec, std::function<std::string(int member)> memberGone) {
+  nameThisThread("chorus-root");
   Deadline deadline = deadlineIn(timeoutSec);
   Deadline nextWatch = Clock::now();
   const auth::Key joinK = joinKey(secret), tableK = tableKey(secret);

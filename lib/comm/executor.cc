@@ -7,6 +7,7 @@
 #include "lib/comm/comm.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/base/thread_name.h"
 #include "lib/comm/stream.h"
 
 namespace chorus {
@@ -192,6 +193,7 @@ void Executor::drive(std::unique_lock<std::mutex>& g) {
 }
 
 void Executor::workerLoop() {
+  nameThisThread("chorus-worker");
   std::unique_lock<std::mutex> g(mu_);
   auto tagged = [&] { return !stop_ && comm_.tagged().needsDriving() && !comm_.failed(); };
   auto work = [&] { return stop_ || (!busy_.load() && (!queue_.empty() || tagged())); };

@@ -10,6 +10,7 @@
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/base/thread_name.h"
 
 namespace chorus {
 
@@ -193,6 +194,7 @@ void Liveness::declare(int silent, const std::string& why) {
 }
 
 void Liveness::run() {
+  nameThisThread("chorus-liveness");
   using namespace std::chrono;
   const int n = static_cast<int>(members_.size());
   const int watchers = std::min(kWatchers, n - 1);
