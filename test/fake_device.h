@@ -33,6 +33,7 @@ struct FakePlugin {
   void (*streamFail)(void*) = nullptr;  // queues a kernel that fails
   void (*streamDestroy)(void*) = nullptr;
   long (*fences)() = nullptr;
+  long (*deviceSyncs)() = nullptr;  // frees that waited for the whole device (as cudaFree does)
   long (*openStreams)() = nullptr;  // opened by Chorus and not closed yet
   // Staging: pinned host memory handed out, device copies started, and a delay before each copy runs.
   long (*hostAllocations)() = nullptr;
@@ -68,6 +69,7 @@ inline const FakePlugin& fake() {
     p.streamFail = reinterpret_cast<void (*)(void*)>(dlsym(h, "fakedevStreamFail"));
     p.streamDestroy = reinterpret_cast<void (*)(void*)>(dlsym(h, "fakedevStreamDestroy"));
     p.fences = reinterpret_cast<long (*)()>(dlsym(h, "fakedevFences"));
+    p.deviceSyncs = reinterpret_cast<long (*)()>(dlsym(h, "fakedevDeviceSyncs"));
     p.openStreams = reinterpret_cast<long (*)()>(dlsym(h, "fakedevOpenStreams"));
     p.hostAllocations = reinterpret_cast<long (*)()>(dlsym(h, "fakedevHostAllocations"));
     p.copiesStarted = reinterpret_cast<long (*)()>(dlsym(h, "fakedevCopiesStarted"));

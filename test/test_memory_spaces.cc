@@ -31,6 +31,7 @@
 #include "test/reference.h"
 #include "test/space_matrix.h"
 #include "test/fake_device.h"
+#include "test/watchdog.h"
 
 namespace {
 
@@ -393,6 +394,68 @@ TEST(DeviceStreams, AStreamOfAnotherDeviceOrWithoutOneIsRefusedNamingIt) {
     fake().streamDestroy(ds);
   });
   for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+// DDP's first step grows its bucket from 1 to 25 MiB: a call on a device stream whose scratch must grow frees the
+// smaller scratch while its own fence holds the stream. The fake device's frees wait for every stream of the device,
+// as cudaFree does, so a free made then would wait for the very call that makes it (Note [Frees wait for quiet] in
+// transports/plugin_memory.cc). Each call finishes with the right result, and the frees still happen.
+TEST(DeviceStreams, GrowingScratchWhileTheStreamIsHeldDoesNotHang) {
+  useDevice(0);
+  test::Watchdog watchdog(60);
+  constexpr size_t kLarge = size_t(1) << 16;
+  const long syncsBefore = fake().deviceSyncs();
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    Streams st(comm);
+    DeviceBuf buf(dev(0), kLarge * 4);
+    for (size_t count : {size_t(8), size_t(1000), kLarge}) {
+      SCOPED_TRACE("count " + std::to_string(count));
+      std::vector<float> v(kLarge, static_cast<float>(r + 1));
+      std::vector<uint8_t> bytes(kLarge * 4);
+      std::memcpy(bytes.data(), v.data(), bytes.size());
+      buf.upload(bytes);
+      check(chorusAllReduce(buf.data(), buf.data(), count, chorusFloat32, chorusSum, comm, st.stream), comm,
+            "AllReduce on the device stream");
+      check(chorusStreamSynchronize(st.stream), comm, "chorusStreamSynchronize");
+      bytes = buf.download();
+      std::memcpy(v.data(), bytes.data(), bytes.size());
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(v[i], 3.0f) << "element " << i;
+    }
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  EXPECT_GT(fake().deviceSyncs(), syncsBefore) << "no free of Chorus's waited for the device: nothing grew";
+}
+
+// Another communicator's frees wait too: one is destroyed (freeing its device scratch) while a call of another
+// holds the device stream behind a kernel that has not run yet. The destroy returns at once rather than after the
+// kernel (which waits for the test, up to 20 s), and the free happens once the stream is released.
+TEST(DeviceStreams, DestroyingACommunicatorWhileAnotherHoldsTheStreamDoesNotWaitForIt) {
+  useDevice(0);
+  test::Watchdog watchdog(60);
+  constexpr size_t kCount = 4096;
+  const long syncsBefore = fake().deviceSyncs();
+  std::vector<double> destroySeconds(2);
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    chorusComm_t other = nullptr;
+    check(chorusCommSplit(comm, 0, r, &other, nullptr), comm, "chorusCommSplit");
+    DeviceBuf buf(dev(0), kCount * 4);
+    check(chorusAllReduce(buf.data(), buf.data(), kCount, chorusFloat32, chorusSum, other, nullptr), other,
+          "AllReduce on the other communicator (its device scratch)");
+    Streams st(comm);
+    Gate gate;
+    launch(st.device, [&] { gate.wait(); });
+    check(chorusAllReduce(buf.data(), buf.data(), kCount, chorusFloat32, chorusSum, comm, st.stream), comm,
+          "AllReduce on the device stream, behind the held kernel");
+    const auto t0 = std::chrono::steady_clock::now();
+    check(chorusCommDestroy(other), comm, "chorusCommDestroy of the other communicator");
+    destroySeconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    gate.open();
+    check(chorusStreamSynchronize(st.stream), comm, "chorusStreamSynchronize");
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  for (int r = 0; r < 2; ++r)
+    EXPECT_LT(destroySeconds[r], 5.0) << "rank " << r << ": the destroy waited for the held device stream";
+  EXPECT_GT(fake().deviceSyncs(), syncsBefore) << "the destroyed communicator's device scratch was never freed";
 }
 
 // A failure inside the collective (device scratch allocation fails on one rank) and a failed kernel queued before

@@ -155,6 +155,9 @@ typedef struct {
   int (*reduceN)(int device, void* dst, const void* const* srcs, int n, size_t count, int dtype, int op);
   int (*scaleDivide)(int device, void* buf, size_t count, int dtype, int divisor);
   int (*allocate)(int device, size_t bytes, void** p);
+  /* release, hostRelease and ipcClose may wait for every stream of the device, as cudaFree does: Chorus calls them
+   * only while no fence of this process is held on the device (Note [Frees wait for quiet] in
+   * transports/plugin_memory.cc). streamClose may be called at any time, so it must not wait so. */
   int (*release)(int device, void* p);
   /* Device streams (all NULL where the runtime has none), for chorusStreamCreateFromCuda (Note [Device streams] in
    * lib/comm/stream.cc). open wraps the runtime's own stream (a cudaStream_t; NULL is its default stream) and

@@ -2,12 +2,17 @@
 
 #include <dlfcn.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <new>
+#include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
+#include <new>
 #include <string_view>
+#include <vector>
 
 #include "lib/base/error.h"
 #include "lib/base/immortal.h"
@@ -26,6 +31,16 @@ void throwOnFailure(const chorusMemoryPlugin_v3_t* t, int rc, std::string_view w
   throw Error(static_cast<chorusResult_t>(rc), fmt::format("{}: {} failed: {}", who, what, why ? why : "?"));
 }
 
+// Note [Frees wait for quiet]:
+// A fence (Note [Device streams] in lib/comm/stream.cc) holds an application's stream until Chorus releases it,
+// and the runtime's frees (cudaFree, cudaFreeHost, cudaIpcCloseMemHandle) wait for every stream of the device
+// first. A free made while any fence of this process is held on the device would wait for a stream that only
+// Chorus's own next step releases, and no timeout of Chorus runs inside the driver: the process hangs (as in
+// NVIDIA/nccl#48). Scratch growth (DDP's first step: 1 MiB, then 25 MiB) frees while its own call's fence holds
+// the stream. So every free goes through the device's gate: it runs at once when no fence of this process is held
+// on the device, else it waits in a list that the release of the last such fence runs. The gate's lock is held
+// while a free runs, so that no fence is queued meanwhile, and while a fence is queued, so that a free never
+// starts beside it. The lists are per device: a runtime's frees wait for their own device only.
 class PluginDevice final : public mem::Device {
  public:
   PluginDevice(const chorusMemoryPlugin_v3_t* t, int ordinal)
@@ -49,7 +64,10 @@ class PluginDevice final : public mem::Device {
     check(t_->allocate(ordinal_, bytes, &p), fmt::format("allocating {} bytes", bytes));
     return p;
   }
-  void release(void* p) override { t_->release(ordinal_, p); }  // from destructors: a failure is not thrown
+  // From destructors: a failure is not thrown.
+  void release(void* p) override {
+    whenQuiet([t = t_, ordinal = ordinal_, p] { t->release(ordinal, p); });
+  }
   bool hostAccessible() const override { return t_->hostAccessible != nullptr && t_->hostAccessible(ordinal_) != 0; }
   // Without the runtime's own: plain host memory, and copies that have finished when they return.
   void* allocateHost(size_t bytes) override {
@@ -64,7 +82,7 @@ class PluginDevice final : public mem::Device {
   }
   void releaseHost(void* p) override {
     if (t_->hostRelease == nullptr) std::free(p);
-    else t_->hostRelease(ordinal_, p);
+    else whenQuiet([t = t_, ordinal = ordinal_, p] { t->hostRelease(ordinal, p); });
   }
   uint64_t copyStart(void* dst, const void* src, size_t bytes) override {
     uint64_t ticket = 0;
@@ -92,7 +110,11 @@ class PluginDevice final : public mem::Device {
     check(t_->ipcOpen(ordinal_, handle, &base), "opening a peer's memory (IPC)");
     return base;
   }
-  void ipcClose(const uint8_t* handle, void* base) override { t_->ipcClose(ordinal_, handle, base); }
+  void ipcClose(const uint8_t* handle, void* base) override {
+    std::array<uint8_t, CHORUS_IPC_HANDLE_BYTES> h;
+    std::memcpy(h.data(), handle, h.size());
+    whenQuiet([t = t_, ordinal = ordinal_, h, base] { t->ipcClose(ordinal, h.data(), base); });
+  }
   bool hasReduceStart() const override { return t_->reduceStart != nullptr && t_->copyDone != nullptr; }
   uint64_t reduceStart(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt,
                        chorusRedOp_t op) override {
@@ -101,37 +123,75 @@ class PluginDevice final : public mem::Device {
     return ticket;
   }
 
+  // Queues a fence with `queue` (Note [Frees wait for quiet]); `queue` throws when it queued none.
+  template <class F>
+  uint64_t fenced(F&& queue) {
+    std::lock_guard<std::mutex> g(quietMu_);
+    const uint64_t f = queue();
+    ++fencesHeld_;
+    return f;
+  }
+  // `n` fences of this device were released: the last one runs the frees that waited.
+  void unfenced(int n) {
+    if (n == 0) return;
+    std::lock_guard<std::mutex> g(quietMu_);
+    fencesHeld_ -= n;
+    if (fencesHeld_ > 0) return;
+    for (auto& free : waitingFrees_) free();
+    waitingFrees_.clear();
+  }
+
  private:
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, name_, what); }
+  void whenQuiet(std::function<void()> free) {
+    std::lock_guard<std::mutex> g(quietMu_);
+    if (fencesHeld_ == 0) free();
+    else waitingFrees_.push_back(std::move(free));
+  }
   const chorusMemoryPlugin_v3_t* t_;
   int ordinal_;
   std::string name_;
+  std::mutex quietMu_;
+  int fencesHeld_ = 0;  // by every stream of this device, under quietMu_
+  std::vector<std::function<void()>> waitingFrees_;  // under quietMu_
 };
 
 class PluginStream final : public mem::DeviceStream {
  public:
-  PluginStream(const chorusMemoryPlugin_v3_t* t, mem::Device* device, void* stream)
+  PluginStream(const chorusMemoryPlugin_v3_t* t, PluginDevice* device, void* stream)
       : t_(t), device_(device), stream_(stream) {}
-  ~PluginStream() override { t_->streamClose(stream_); }
+  ~PluginStream() override {
+    t_->streamClose(stream_);  // releases every fence
+    device_->unfenced(held_.exchange(0));
+  }
   mem::Device* device() const override { return device_; }
   uint64_t fence() override {
-    uint64_t f = 0;
-    check(t_->streamFence(stream_, &f), "queueing a fence on its stream");
-    return f;
+    return device_->fenced([&] {
+      uint64_t f = 0;
+      check(t_->streamFence(stream_, &f), "queueing a fence on its stream");
+      ++held_;
+      return f;
+    });
   }
   bool reached(uint64_t fence) override {
     int yes = 0;
     check(t_->streamReached(stream_, fence, &yes), "waiting for the work queued on its stream");
     return yes != 0;
   }
-  void release(uint64_t fence) override { check(t_->streamRelease(stream_, fence), "releasing its stream"); }
+  // A fence whose release failed stays counted as held until the stream is closed: a free may not pass it.
+  void release(uint64_t fence) override {
+    check(t_->streamRelease(stream_, fence), "releasing its stream");
+    --held_;
+    device_->unfenced(1);
+  }
   void synchronize() override { check(t_->streamSynchronize(stream_), "synchronizing its stream"); }
 
  private:
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, device_->name(), what); }
   const chorusMemoryPlugin_v3_t* t_;
-  mem::Device* device_;
+  PluginDevice* device_;
   void* stream_;
+  std::atomic<int> held_{0};  // fences queued and not released
 };
 
 class PluginRuntime final : public mem::Runtime {
@@ -155,7 +215,7 @@ class PluginRuntime final : public mem::Runtime {
     int d = -1;
     void* s = nullptr;
     check(t_->streamOpen(native, &d, &s), fmt::format("opening its stream {}", native));
-    mem::Device* dev = device(d);
+    PluginDevice* dev = device(d);
     if (dev == nullptr) {
       t_->streamClose(s);
       throw Error(chorusInternalError, fmt::format("{}: stream {} belongs to no device", t_->name, native));
@@ -166,7 +226,7 @@ class PluginRuntime final : public mem::Runtime {
 
  private:
   // One PluginDevice per ordinal, made on first sight; a deque keeps their addresses.
-  mem::Device* device(int ordinal) {
+  PluginDevice* device(int ordinal) {
     if (ordinal < 0) return nullptr;
     std::lock_guard<std::mutex> g(mu_);
     for (PluginDevice& d : devices_)

@@ -17,7 +17,9 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "lib/base/immortal.h"
 #include "transports/cuda_ipc/cuda_error.h"
 
 namespace chorus::transport::cuda {
@@ -38,6 +40,30 @@ WaitValue32 waitValue32() {
 }
 
 bool reachedCyclic(uint32_t now, uint32_t wanted) { return static_cast<int32_t>(now - wanted) >= 0; }
+
+// The flags of closed streams, kept for the next stream and never freed: cudaFreeHost waits for every stream of the
+// device, and a stream may close while a fence of another is held (Note [Frees wait for quiet] in
+// transports/plugin_memory.cc). Four bytes of pinned memory per stream open at once.
+std::mutex gFlagsMu;
+Immortal<std::vector<uint32_t*>> gSpareFlags;  // Note [Immortal statics]
+
+cudaError_t takeFlag(uint32_t** flag) {
+  {
+    std::lock_guard<std::mutex> g(gFlagsMu);
+    if (!gSpareFlags->empty()) {
+      *flag = gSpareFlags->back();
+      gSpareFlags->pop_back();
+      return cudaSuccess;
+    }
+  }
+  return cudaHostAlloc(flag, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable);
+}
+
+// Its stream has passed every wait on it (released and synchronized), so nothing reads it any more.
+void keepFlag(uint32_t* flag) {
+  std::lock_guard<std::mutex> g(gFlagsMu);
+  gSpareFlags->push_back(flag);
+}
 
 struct Stream {
   cudaStream_t native;
@@ -81,7 +107,7 @@ int streamOpen(void* native, int* device, void** out) {
   }
   OnDevice on(s->device);
   e = on.error();
-  if (e == cudaSuccess) e = cudaHostAlloc(&s->flag, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e == cudaSuccess) e = takeFlag(&s->flag);
   if (e == cudaSuccess) {
     *s->flag = 0;
     void* d = nullptr;
@@ -89,7 +115,7 @@ int streamOpen(void* native, int* device, void** out) {
     s->deviceFlag = reinterpret_cast<CUdeviceptr>(d);
   }
   if (e != cudaSuccess) {
-    if (s->flag != nullptr) cudaFreeHost(s->flag);
+    if (s->flag != nullptr) keepFlag(s->flag);
     const int device = s->device;
     delete s;
     return failed(e, fmt::format("cuda:{}: a host-mapped flag for stream {}", device, native));
@@ -189,7 +215,7 @@ void streamClose(void* stream) {
   OnDevice on(s->device);
   for (auto& p : s->pending) cudaEventDestroy(p.second);
   for (cudaEvent_t ev : s->spare) cudaEventDestroy(ev);
-  cudaFreeHost(s->flag);
+  keepFlag(s->flag);
   delete s;
 }
 
