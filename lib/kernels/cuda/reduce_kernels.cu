@@ -111,9 +111,13 @@ cudaError_t launch(unsigned char* dst, const Sources& src, size_t count, int div
   }
   const size_t work = std::max(sp.nvec, sp.count - sp.nvec * (kVec / sizeof(S)));
   const unsigned blocks = unsigned(std::min<size_t>(kMaxBlocks, (work + kThreads - 1) / kThreads));
-  if (bytes) elementwise<D, Op, kScale, true><<<blocks, kThreads, 0, stream>>>(dst, src, sp, divisor);
-  else elementwise<D, Op, kScale, false><<<blocks, kThreads, 0, stream>>>(dst, src, sp, divisor);
-  return cudaGetLastError();
+  if (blocks == 0) return cudaSuccess;  // nothing to do: a grid of no blocks is a launch error
+  // cudaLaunchKernel says how the launch went itself. A launch with <<<>>> must be followed by cudaGetLastError,
+  // which would also take (and clear) an error of the application's own launches that it has not looked at yet.
+  void* args[] = {&dst, const_cast<Sources*>(&src), &sp, &divisor};
+  const void* kernel = bytes ? reinterpret_cast<const void*>(&elementwise<D, Op, kScale, true>)
+                             : reinterpret_cast<const void*>(&elementwise<D, Op, kScale, false>);
+  return cudaLaunchKernel(kernel, dim3(blocks), dim3(kThreads), args, 0, stream);
 }
 
 
