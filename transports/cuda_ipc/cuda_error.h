@@ -2,6 +2,7 @@
 // a scope on a device, and the driver's entry points.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -34,14 +35,21 @@ Fn driverEntryPoint(const char* name) {
   return reinterpret_cast<Fn>(p);
 }
 
-// Makes `device` current for the scope, and restores the thread's own device after: the plugin runs on the
-// application's threads (a blocking call, a fence), whose current device is their business.
+// Makes `device` current for the scope. A thread that had a context of another device (an application's: a
+// blocking call, a fence) gets it back after. A thread with none (Chorus's own, or an application's before its
+// first CUDA call) keeps `device`: cudaGetDevice says 0 there, and setting 0 back would make a context on GPU 0,
+// several hundred MB, for every rank of another GPU.
 class OnDevice {
  public:
   explicit OnDevice(int device) {
+    using GetCurrent = CUresult (*)(CUcontext*);
+    static const GetCurrent getCurrent = driverEntryPoint<GetCurrent>("cuCtxGetCurrent");
+    CUcontext ctx = nullptr;
+    const bool hasContext = getCurrent == nullptr || getCurrent(&ctx) != CUDA_SUCCESS || ctx != nullptr;
     e_ = cudaGetDevice(&saved_);
     if (e_ == cudaSuccess && saved_ != device) e_ = cudaSetDevice(device);
     else saved_ = -1;
+    if (!hasContext) saved_ = -1;
   }
   ~OnDevice() {
     if (saved_ >= 0) cudaSetDevice(saved_);

@@ -186,13 +186,18 @@ int copyDone(int device, uint64_t ticket, int* done) {
   return 0;
 }
 
+// On the staging device: with no device current, the runtime would make a context on GPU 0 for it.
 int hostAllocate(int device, size_t bytes, void** p) {
-  const cudaError_t e = cudaHostAlloc(p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
+  OnDevice on(device);
+  cudaError_t e = on.error();
+  if (e == cudaSuccess) e = cudaHostAlloc(p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
   return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaHostAlloc of {} bytes", device, bytes));
 }
 
 int hostRelease(int device, void* p) {
-  const cudaError_t e = cudaFreeHost(p);
+  OnDevice on(device);
+  cudaError_t e = on.error();
+  if (e == cudaSuccess) e = cudaFreeHost(p);
   return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaFreeHost", device));
 }
 
