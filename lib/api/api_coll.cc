@@ -9,6 +9,7 @@
 
 #include "lib/api/api_guard.h"
 #include "lib/comm/comm.h"
+#include "lib/comm/devices.h"
 #include "lib/api/group.h"
 #include "lib/kernels/reduce.h"
 #include "lib/mem/space.h"
@@ -97,7 +98,8 @@ struct Check {
   // Where the call's buffers live (Note [Memory spaces]): host memory or the communicator's device, both in the
   // same one. A buffer the call does not use is passed as nullptr; bytes: the call's element bytes (n).
   mem::Space space(size_t bytes, const void* send, const void* recv) const {
-    if (!mem::anyDevices() || bytes == 0) return {};  // a call that moves nothing touches neither buffer
+    if (bytes == 0) return {};  // a call that moves nothing touches neither buffer
+    if (!mem::anyDevices() && !deviceRuntimeAppeared()) return {};  // Note [A driver loaded later]
     const mem::Space s = mem::classify(send), r = mem::classify(recv);
     usable(s, "sendbuff", send);
     usable(r, "recvbuff", recv);

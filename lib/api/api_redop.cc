@@ -6,6 +6,7 @@
 #include "lib/api/api_guard.h"
 #include "lib/api/registry.h"
 #include "lib/comm/comm.h"
+#include "lib/comm/devices.h"
 #include "lib/kernels/reduce.h"
 #include "lib/mem/space.h"
 
@@ -34,7 +35,7 @@ chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, const void* scalar,
     const char* type = kernels::dataTypeName(datatype);
     if (scalar == nullptr) refuse(fn, *ref, "scalar is NULL (it must point to one {} in host memory)", type);
     // Host memory only (NCCL's ncclScalarHostImmediate): the scalar is read now, on this thread.
-    if (mem::anyDevices()) {
+    if (mem::anyDevices() || deviceRuntimeAppeared()) {  // Note [A driver loaded later]
       const mem::Space s = mem::classify(scalar);
       if (!s.isHost())
         refuse(fn, *ref, "scalar {} is {} memory; the scalar must be in host memory (it is read at this call)", scalar,

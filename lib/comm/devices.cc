@@ -1,5 +1,9 @@
 #include "lib/comm/devices.h"
 
+#include <link.h>
+
+#include <atomic>
+
 #include "lib/base/error.h"
 #include "transports/plugin_memory.h"
 #include "transports/registry.h"
@@ -20,6 +24,28 @@ mem::Runtime* findDeviceRuntime(bool always) {
     transport::probeDeviceDriver();
   }
   return mem::runtime();
+}
+
+// Note [A driver loaded later]:
+// A communicator made before the process's first CUDA call (torch creates its CPU group before touching CUDA) finds
+// no driver loaded and so no runtime; device pointers of later calls would pass for host memory and the CPU would
+// fault on them. So while no runtime is registered, each call asks whether the process has loaded a library since
+// the last look (dl_iterate_phdr's count of loads: one call into the loader, about 8 ns, no system call) and, when
+// it has, looks for the driver again. A process that never loads one pays that look per call and nothing else.
+bool deviceRuntimeAppeared() {
+  static std::atomic<unsigned long long> seenLoads{0};
+  unsigned long long loads = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        *static_cast<unsigned long long*>(data) = info->dlpi_adds;
+        return 1;  // the count is the same in every entry: the first is enough
+      },
+      &loads);
+  if (loads == seenLoads.load(std::memory_order_acquire)) return false;
+  // Counted as seen only once looked at: a thread that finds the count unchanged finds any runtime registered.
+  const bool found = findDeviceRuntime(false) != nullptr;
+  seenLoads.store(loads, std::memory_order_release);
+  return found;
 }
 
 void* deviceAllocate(size_t bytes) {
