@@ -32,6 +32,7 @@ struct FakePlugin {
   void (*streamLaunch)(void*, void (*)(void*), void*) = nullptr;
   void (*streamFail)(void*) = nullptr;  // queues a kernel that fails
   void (*streamDestroy)(void*) = nullptr;
+  void (*streamCapture)(void*, int) = nullptr;  // 1: the stream is being captured into a graph (fences refused)
   long (*fences)() = nullptr;
   long (*deviceSyncs)() = nullptr;  // frees that waited for the whole device (as cudaFree does)
   long (*openStreams)() = nullptr;  // opened by Chorus and not closed yet
@@ -68,6 +69,7 @@ inline const FakePlugin& fake() {
     p.streamLaunch = reinterpret_cast<void (*)(void*, void (*)(void*), void*)>(dlsym(h, "fakedevStreamLaunch"));
     p.streamFail = reinterpret_cast<void (*)(void*)>(dlsym(h, "fakedevStreamFail"));
     p.streamDestroy = reinterpret_cast<void (*)(void*)>(dlsym(h, "fakedevStreamDestroy"));
+    p.streamCapture = reinterpret_cast<void (*)(void*, int)>(dlsym(h, "fakedevStreamCapture"));
     p.fences = reinterpret_cast<long (*)()>(dlsym(h, "fakedevFences"));
     p.deviceSyncs = reinterpret_cast<long (*)()>(dlsym(h, "fakedevDeviceSyncs"));
     p.openStreams = reinterpret_cast<long (*)()>(dlsym(h, "fakedevOpenStreams"));

@@ -458,6 +458,38 @@ TEST(DeviceStreams, DestroyingACommunicatorWhileAnotherHoldsTheStreamDoesNotWait
   EXPECT_GT(fake().deviceSyncs(), syncsBefore) << "the destroyed communicator's device scratch was never freed";
 }
 
+// A stream being captured into a CUDA graph refuses the fence (a graph would replay the wait without Chorus to
+// release it): the call fails at once with chorusInvalidUsage and the runtime's words, queues nothing, holds
+// nothing, and the communicator goes on once the capture has ended.
+TEST(DeviceStreams, ACallOnACapturingStreamIsRefusedAndTheCommunicatorGoesOn) {
+  useDevice(0);
+  test::Watchdog watchdog(60);
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    Streams st(comm);
+    DeviceBuf buf(dev(0), 64 * 4);
+    fake().streamCapture(st.device, 1);
+    const long fencesBefore = fake().fences();
+    EXPECT_EQ(chorusAllReduce(buf.data(), buf.data(), 64, chorusFloat32, chorusSum, comm, st.stream),
+              chorusInvalidUsage);
+    const std::string text = chorusGetLastError(comm);
+    EXPECT_NE(text.find("captured into a graph"), std::string::npos) << text;
+    EXPECT_NE(text.find("fake:0"), std::string::npos) << text;
+    fake().streamCapture(st.device, 0);
+    std::vector<float> v(64, static_cast<float>(r + 1));
+    std::vector<uint8_t> bytes(v.size() * 4);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    buf.upload(bytes);
+    check(chorusAllReduce(buf.data(), buf.data(), 64, chorusFloat32, chorusSum, comm, st.stream), comm,
+          "AllReduce after the capture ended");
+    check(chorusStreamSynchronize(st.stream), comm, "chorusStreamSynchronize");
+    bytes = buf.download();
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    EXPECT_EQ(v[7], 3.0f);
+    EXPECT_GE(fake().fences() - fencesBefore, 1);
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
 // A failure inside the collective (device scratch allocation fails on one rank) and a failed kernel queued before
 // it (on rank 0): every rank's stream reports an error, the device stream is released all the same (the kernel
 // after the collective runs), the communicator says it failed, and nobody hangs.

@@ -131,6 +131,15 @@ int streamFence(void* stream, uint64_t* fence) {
   OnDevice on(s->device);
   std::lock_guard<std::mutex> g(s->mu);
   cudaError_t e = on.error();
+  // A graph replays what was captured without Chorus's host side: the fence would never be released again.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (e == cudaSuccess) e = cudaStreamIsCapturing(s->native, &capture);
+  if (e == cudaSuccess && capture != cudaStreamCaptureStatusNone) {
+    setError(fmt::format("cuda:{}: stream {} is being captured into a CUDA graph (cudaStreamBeginCapture), and a "
+                         "Chorus call cannot be captured: issue it outside the capture", s->device,
+                         static_cast<void*>(s->native)));
+    return chorusInvalidUsage;
+  }
   cudaEvent_t ev = nullptr;
   if (e == cudaSuccess && !s->spare.empty()) {
     ev = s->spare.front();
