@@ -33,6 +33,7 @@ struct FakePlugin {
   void (*streamFail)(void*) = nullptr;  // queues a kernel that fails
   void (*streamDestroy)(void*) = nullptr;
   void (*streamCapture)(void*, int) = nullptr;  // 1: the stream is being captured into a graph (fences refused)
+  void* (*defaultStream)(int) = nullptr;        // the device's default stream (CUDA's legacy stream 0)
   long (*fences)() = nullptr;
   long (*deviceSyncs)() = nullptr;  // frees that waited for the whole device (as cudaFree does)
   long (*openStreams)() = nullptr;  // opened by Chorus and not closed yet
@@ -70,6 +71,7 @@ inline const FakePlugin& fake() {
     p.streamFail = reinterpret_cast<void (*)(void*)>(dlsym(h, "fakedevStreamFail"));
     p.streamDestroy = reinterpret_cast<void (*)(void*)>(dlsym(h, "fakedevStreamDestroy"));
     p.streamCapture = reinterpret_cast<void (*)(void*, int)>(dlsym(h, "fakedevStreamCapture"));
+    p.defaultStream = reinterpret_cast<void* (*)(int)>(dlsym(h, "fakedevDefaultStream"));
     p.fences = reinterpret_cast<long (*)()>(dlsym(h, "fakedevFences"));
     p.deviceSyncs = reinterpret_cast<long (*)()>(dlsym(h, "fakedevDeviceSyncs"));
     p.openStreams = reinterpret_cast<long (*)()>(dlsym(h, "fakedevOpenStreams"));

@@ -22,6 +22,7 @@
 #include <iterator>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transports/plugin.h"
@@ -377,9 +378,9 @@ TEST(DeviceStreams, AStreamOfAnotherDeviceOrWithoutOneIsRefusedNamingIt) {
     for (const char* w : {"cudaStream", "fake:1", "works on fake:0"})
       EXPECT_NE(text.find(w), std::string::npos) << "'" << w << "' not in: " << text;
     EXPECT_EQ(s, nullptr);
-    EXPECT_EQ(chorusStreamCreateFromCuda(comm, nullptr, &s), chorusUnhandledCudaError);  // the runtime's refusal
-    EXPECT_NE(std::string(chorusGetLastError(comm)).find("no default stream"), std::string::npos)
+    EXPECT_EQ(chorusStreamCreateFromCuda(comm, nullptr, &s), chorusSuccess)  // the default stream, as in CUDA
         << chorusGetLastError(comm);
+    EXPECT_EQ(chorusStreamDestroy(s), chorusSuccess);
     EXPECT_EQ(chorusStreamCreateFromCuda(comm, other, nullptr), chorusInvalidArgument);
     fake().streamDestroy(other);
   });
@@ -391,7 +392,43 @@ TEST(DeviceStreams, AStreamOfAnotherDeviceOrWithoutOneIsRefusedNamingIt) {
     EXPECT_EQ(chorusStreamCreateFromCuda(comm, ds, &s), chorusInvalidArgument);
     EXPECT_NE(std::string(chorusGetLastError(comm)).find("host memory only"), std::string::npos)
         << chorusGetLastError(comm);
+    EXPECT_EQ(chorusStreamCreateFromCuda(comm, nullptr, &s), chorusUnhandledCudaError);  // the runtime's refusal
+    EXPECT_NE(std::string(chorusGetLastError(comm)).find("no default stream"), std::string::npos)
+        << chorusGetLastError(comm);
     fake().streamDestroy(ds);
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+// NCCL's stream 0 (Note [The default stream] in lib/comm/stream.cc): a blocking call on device memory starts after
+// the kernel queued on the device's default stream before it, which writes its input (and is held until a thread
+// of the test lets it go, after the call has begun).
+TEST(DeviceStreams, ABlockingCallOnDeviceMemoryFollowsTheDefaultStream) {
+  useDevice(0);
+  test::Watchdog watchdog(60);
+  constexpr size_t kCount = 257;
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    DeviceBuf buf(dev(0), kCount * 4);
+    buf.upload(std::vector<uint8_t>(kCount * 4, 0));
+    std::vector<float> input(kCount, static_cast<float>(r + 1));
+    Gate gate;
+    launch(fake().defaultStream(0), [&] {
+      gate.wait();
+      std::vector<uint8_t> bytes(kCount * 4);
+      std::memcpy(bytes.data(), input.data(), bytes.size());
+      buf.upload(bytes);
+    });
+    std::thread opener([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      gate.open();
+    });
+    const chorusResult_t rc = chorusAllReduce(buf.data(), buf.data(), kCount, chorusFloat32, chorusSum, comm, nullptr);
+    opener.join();
+    check(rc, comm, "blocking AllReduce on device memory");
+    std::vector<uint8_t> seen = buf.download();
+    std::vector<float> got(kCount);
+    std::memcpy(got.data(), seen.data(), seen.size());
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(got[i], 3.0f) << "element " << i;
   });
   for (const auto& e : errors) ADD_FAILURE() << e;
 }

@@ -208,9 +208,12 @@ class PluginRuntime final : public mem::Runtime {
     return device(d);
   }
   const char* name() const override { return t_->name; }
+  bool hasStreams() const override {
+    return t_->streamOpen != nullptr && t_->streamFence != nullptr && t_->streamReached != nullptr &&
+           t_->streamRelease != nullptr && t_->streamSynchronize != nullptr && t_->streamClose != nullptr;
+  }
   std::unique_ptr<mem::DeviceStream> openStream(void* native) override {
-    if (t_->streamOpen == nullptr || t_->streamFence == nullptr || t_->streamReached == nullptr ||
-        t_->streamRelease == nullptr || t_->streamSynchronize == nullptr || t_->streamClose == nullptr)
+    if (!hasStreams())
       throw Error(chorusInvalidUsage, fmt::format("the device runtime {} has no streams", describe()));
     int d = -1;
     void* s = nullptr;

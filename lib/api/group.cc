@@ -92,6 +92,8 @@ void issue(Comm& comm, std::span<const CollArgs> calls, std::span<const chorusSt
   if (std::all_of(streams.begin(), streams.end(), [](chorusStream_t s) { return s == nullptr; })) {
     // Inline when idle (no hand-off latency). The task only refers to this frame, which outlives it: a
     // blocking call returns after its work ran, even when it had to queue.
+    if (std::any_of(calls.begin(), calls.end(), [](const CollArgs& a) { return !a.space.isHost(); }))
+      followDefaultStream(comm);
     comm.executor().runBlocking([&] { tagAndRun(comm, calls); });  // two references: no allocation
     return;
   }

@@ -445,6 +445,16 @@ void Comm::kick() {
   if (::write(kickFd_.get(), &one, sizeof one) < 0) { /* the driver looks at the queue within 100 ms anyway */ }
 }
 
+mem::DeviceStream* Comm::defaultStream() {
+  std::lock_guard<std::mutex> g(defaultStreamMu_);
+  if (defaultStream_ == nullptr && !space_.isHost() && mem::runtime() != nullptr && mem::runtime()->hasStreams()) {
+    std::unique_ptr<mem::DeviceStream> s = mem::runtime()->openStream(nullptr);
+    if (mem::Space(s->device()) != space_) return nullptr;  // another device's: that thread's to order
+    defaultStream_ = std::move(s);
+  }
+  return defaultStream_.get();
+}
+
 uint8_t* Comm::scratch(const mem::Space& space, size_t bytes, int slot) {
   if (!space.isHost()) {
     auto it = std::find_if(deviceScratch_.begin(), deviceScratch_.end(),

@@ -57,6 +57,9 @@ class Comm : public algo::Context {
   const algo::CostModel& costModel() const { return model_; }
   // The memory a call's buffers may be in besides host memory: the device current at creation (host: none).
   const mem::Space& space() const { return space_; }
+  // The default stream of the communicator's device (Note [The default stream] in stream.cc), opened at first use;
+  // nullptr where the runtime has no streams or the calling thread's current device is another.
+  mem::DeviceStream* defaultStream();
   std::string name() const { return peer(rank()).name(); }
   Executor& executor() { return *executor_; }
   Tagged& tagged() { return *tagged_; }
@@ -168,6 +171,8 @@ class Comm : public algo::Context {
 
   Config config_;
   mem::Space space_;  // the device current at creation (host: none)
+  std::mutex defaultStreamMu_;
+  std::unique_ptr<mem::DeviceStream> defaultStream_;  // under defaultStreamMu_
   transport::Setup setup_;
   std::unique_ptr<Tagged> tagged_;  // before transports_: its buffers outlive their posted receives
   MadeOps madeOps_;

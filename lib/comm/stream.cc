@@ -118,6 +118,17 @@ std::unique_ptr<mem::DeviceStream> openDeviceStream(Comm& comm, void* native) {
   return device;
 }
 
+// Note [The default stream]:
+// NCCL's stream 0 is CUDA's legacy default stream: a call on it starts after the kernels queued there before it (and,
+// by the legacy stream's rule, after those of every blocking stream). Chorus's call with no stream is blocking and
+// runs on streams of its own that do not wait for the default one, so a program ported from NCCL, which launched the
+// kernel writing the input on stream 0 and then called, had its input read before the kernel wrote it. So a blocking
+// call on device memory first waits for the default stream of the communicator's device, opened once. The host
+// waits (not just Chorus's streams): peers read the buffer through IPC, which no stream of this process orders.
+void followDefaultStream(Comm& comm) {
+  if (mem::DeviceStream* s = comm.defaultStream()) s->synchronize();
+}
+
 Executor::Fn orderWithDevices(Comm& comm, Executor::Fn fn, std::span<chorusStream* const> streams) {
   if (std::none_of(streams.begin(), streams.end(), [](chorusStream* s) { return s->device != nullptr; })) return fn;
   // Made in issue order on the issuing thread; should one fail, ~Fences releases those made already.

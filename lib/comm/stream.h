@@ -42,4 +42,7 @@ namespace chorus {
 // The device runtime's stream `native`, for a chorusStream of comm; refuses (naming it) one of another device.
 std::unique_ptr<mem::DeviceStream> openDeviceStream(Comm& comm, void* native);
 Executor::Fn orderWithDevices(Comm& comm, Executor::Fn fn, std::span<chorusStream* const> streams);
+// Before a blocking call on device memory: waits for the work queued on the default stream of comm's device (Note
+// [The default stream]). Any thread.
+void followDefaultStream(Comm& comm);
 }  // namespace chorus

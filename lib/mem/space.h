@@ -134,8 +134,10 @@ class Runtime {
   virtual const char* name() const = 0;         // "cuda"
   // As Device::unusable, for a runtime that only recognises its memory (Note [A driver without its plugin]).
   virtual const char* unusable(chorusResult_t* /*code*/) const { return nullptr; }
-  // Wraps the runtime's stream `native`; throws chorusInvalidUsage when the runtime has no streams.
+  // Wraps the runtime's stream `native` (nullptr: the current device's default stream); throws chorusInvalidUsage
+  // when the runtime has no streams.
   virtual std::unique_ptr<DeviceStream> openStream(void* native) = 0;
+  virtual bool hasStreams() const { return false; }
  protected:
   ~Runtime() = default;
 };
