@@ -97,7 +97,24 @@ void CUDART_CB hostWait(void* arg) {
 
 }  // namespace
 
+// Note [One hardware queue]:
+// A fence holds the application's stream with a wait the GPU's scheduler cannot see through (a stream memory
+// operation, or a host function), and Chorus's own streams then do the call's device work before the host releases
+// it. With CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM and Transformer Engine set it) every stream of the device goes
+// through one hardware queue, so the held wait blocks Chorus's copies behind it and the worker waits for them
+// forever. Doing the work on the application's stream instead would need the host to run the algorithm before the
+// call returns (a blocking call), and a host function that waits breaks cudaLaunchHostFunc's rule besides. So
+// chorusStreamCreateFromCuda refuses the setting, naming it; blocking calls (no stream) still work under it. With
+// more connections (8 by default) streams share queues only when there are more of them than queues; whether the
+// held wait then blocks a sharing stream is for a GPU to show (issue 39).
 int streamOpen(void* native, int* device, void** out) {
+  if (const char* c = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"); c != nullptr && std::atoi(c) == 1) {
+    setError("CUDA_DEVICE_MAX_CONNECTIONS=1 puts every stream of the device in one hardware queue, where the wait "
+             "that holds this stream until Chorus's call is done would also block Chorus's own copies: a hang. "
+             "Unset it for Chorus's CUDA streams, or call Chorus without a stream (blocking) "
+             "(Note [One hardware queue] in transports/cuda_ipc/cuda_stream.cc)");
+    return chorusInvalidUsage;
+  }
   auto* s = new Stream{};
   s->native = static_cast<cudaStream_t>(native);
   cudaError_t e = cudaStreamGetDevice(s->native, &s->device);
