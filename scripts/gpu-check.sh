@@ -1,80 +1,144 @@
 #!/usr/bin/env bash
-# Issue 14's check on a machine with an NVIDIA GPU: one command, under 10 minutes. Builds Chorus with CUDA, then
-#   1. chorus_info: the CUDA plugin registered;
-#   2. test_cuda: the collective matrix over device buffers for 2 and 4 ranks sharing the GPU, as threads and as
-#      processes (CUDA IPC between them; also with the copy engine instead of the reduce kernel, and staged through
-#      host memory) (every collective, datatype and op, odd counts, in place, roots), kernel -> collective -> kernel on one CUDA stream with the host
-#      not blocking, chorusMemAlloc; again with CHORUS_CUDA_STREAM_WAIT=hostfn; test_memory_spaces (the seam);
-#   3. compute-sanitizer memcheck and racecheck over a small run;
-#   4. what a call on a CUDA stream costs (memop and hostfn), the device's own copy rate, all_reduce_perf with
-#      device buffers for 2 ranks from 8 B to 1 GiB (-z 1 and -z 0; and, blocking, the ring's reducing steps by the
-#      copy engine instead of the reduce kernel reading the peer's buffer, and staged through host memory instead
-#      of CUDA IPC), and torch.distributed's gloo with CUDA tensors.
-# Logs go to $OUT (the device tool's) or gpu-check-out/, a summary line per step to summary.txt; the exit status
-# is the number of steps that failed. Where spdlog, fmt or GoogleTest are missing (the GPU machine has no -dev
-# packages), it uses gpu-deps/, unpacked where apt works by scripts/gpu-deps.sh and carried with the tree.
+# The check for a machine with an NVIDIA GPU, in one command bounded to 540 s, most informative steps first, each
+# under its own deadline (timeout -k, so a hang is recorded as one and the next step runs):
+#   preflight (GPU, driver, kernel, ldd) -> the device-stream hazards (kernel -> collective -> kernel on one CUDA
+#   stream, memop and hostfn waits; CUDA_DEVICE_MAX_CONNECTIONS=1 refused) -> the collective matrix over device
+#   buffers, 2 and 4 ranks, threads and processes -> performance (the device's copy rate, what a call on a stream
+#   costs, all_reduce_perf -G 1 with device IPC by copy and by kernel and staged) -> one compute-sanitizer case ->
+#   torch's gloo with CUDA tensors where torch has CUDA.
+#
+#   scripts/gpu-check.sh --bundle DIR   run from a bundle made here by scripts/gpu-bundle.sh (nothing to install)
+#   scripts/gpu-check.sh                build on this machine first (the fallback: needs meson, ninja, the -dev
+#                                       packages or gpu-deps/ from scripts/gpu-deps.sh)
+#   --dry-run                           no GPU needed: prints the plan and its budget, checks every binary resolves
+#                                       its libraries, and runs each step's command line briefly (a typo fails;
+#                                       "no GPU" is expected)
+#
+# Logs go to $OUT (the device tool's) or gpu-check-out/, with summary.txt. The last line is the verdict:
+#   gpu-check: PASS | FAIL (setup|hang|wrong) STEPS...     exit 0 | 1 setup | 2 hang | 3 wrong
+# Figures (busbw, latencies) are in the step logs; they are not judged here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bundle="" dry=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bundle) bundle=$(cd "$2" && pwd); shift 2 ;;
+    --dry-run) dry=1; shift ;;
+    *) echo "usage: scripts/gpu-check.sh [--bundle DIR] [--dry-run]" >&2; exit 1 ;;
+  esac
+done
 out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
-. scripts/check_steps.sh
+: > "$out/summary.txt"
+. scripts/gpu-targets.sh
+budget=540 planned=0 setup=() hung=() wrong=()
 
-nvidia-smi -L || { echo "gpu-check: no NVIDIA GPU (nvidia-smi failed)"; exit 1; }
-nvcc --version | tail -n 2
-
-deps=$PWD/gpu-deps
-if ! pkg-config --exists spdlog fmt gtest gmock 2>/dev/null; then
-  if [ ! -d "$deps/usr" ]; then
-    echo "gpu-check: spdlog/fmt/gtest are missing and there is no gpu-deps/ (run scripts/gpu-deps.sh where apt works)"
-    exit 1
+# step CLASS NAME SECONDS COMMAND...: CLASS says what a failure means (setup: the rest cannot be trusted; check:
+# a finding). A step that runs past its deadline is a hang.
+step() {
+  local class=$1 name=$2 limit=$3 t0=$SECONDS rc
+  shift 3
+  planned=$((planned + limit))
+  if [ "$dry" -eq 1 ]; then limit=20; fi
+  echo "== $name (${limit} s): $*"
+  timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  tail -n 25 "$out/$name.log"
+  echo "-- $name: rc=$rc, $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+  if [ "$dry" -eq 1 ]; then  # only a command that could not start at all is a finding here
+    if [ "$rc" -eq 126 ] || [ "$rc" -eq 127 ]; then setup+=("$name"); fi
+    return 0
   fi
-  export PKG_CONFIG_SYSROOT_DIR=$deps
-  export PKG_CONFIG_PATH=$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig
-  export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then hung+=("$name")
+  elif [ "$rc" -ne 0 ] && [ "$class" = setup ]; then setup+=("$name")
+  elif [ "$rc" -ne 0 ]; then wrong+=("$name"); fi
+}
+
+verdict() {
+  echo "== summary"
+  cat "$out/summary.txt"
+  echo "planned: ${planned} s of ${budget} s"
+  if [ ${#setup[@]} -gt 0 ]; then echo "gpu-check: FAIL (setup) ${setup[*]}"; exit 1; fi
+  if [ ${#hung[@]} -gt 0 ]; then echo "gpu-check: FAIL (hang) ${hung[*]}"; exit 2; fi
+  if [ ${#wrong[@]} -gt 0 ]; then echo "gpu-check: FAIL (wrong) ${wrong[*]}"; exit 3; fi
+  if [ "$dry" -eq 1 ]; then echo "gpu-check: PASS (dry run: every command started; nothing was measured)"; exit 0; fi
+  echo "gpu-check: PASS"
+  exit 0
+}
+
+if [ -n "$bundle" ]; then
+  b=$bundle
+  export LD_LIBRARY_PATH=$b/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  b=build-gpu
+  deps=$PWD/gpu-deps
+  if ! pkg-config --exists spdlog fmt gtest gmock 2>/dev/null && [ -d "$deps/usr" ]; then
+    export PKG_CONFIG_SYSROOT_DIR=$deps
+    export PKG_CONFIG_PATH=$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig
+    export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  meson=$(command -v meson || ls ~/.local/bin/meson /usr/local/bin/meson 2>/dev/null | head -1 || true)
+  [ -n "$meson" ] || { echo "gpu-check: FAIL (setup) no meson here: run scripts/gpu-bundle.sh where it builds"; exit 1; }
+  step setup build 240 bash -c "{ [ -f $b/build.ninja ] || $meson setup $b -Dcuda=enabled -Dbuildtype=debugoptimized \
+    -Dwerror=true -Dmicrobench=disabled -Ducx=disabled; } && ninja -C $b ${gpu_targets[*]}"
+  [ ${#setup[@]} -eq 0 ] || verdict
 fi
+export TEST_BUILD_DIR=$b CHORUS_PLUGIN_PATH=$b/transports/cuda_ipc CHORUS_SOCKET_IFNAME==lo CHORUS_TIMEOUT=60
 
-b=build-gpu
-targets=(test/test_cuda test/cuda_rank_matrix test/test_memory_spaces bench/all_reduce_perf bench/gpu/d2d_copy bench/gpu/stream_latency
-         scripts/chorusrun scripts/chorus_info transports/cuda_ipc/libchorus-cuda_ipc.so
-         test/fixtures/memory/libchorus-fakedev.so test/fixtures/memory/libchorus-memfuture.so
-         test/fixtures/memory/libchorus-memshort.so)
-step build 300 bash -c "{ [ -f $b/build.ninja ] || meson setup $b -Dcuda=enabled -Dbuildtype=debugoptimized -Dwerror=true \
-  -Dmicrobench=disabled -Ducx=disabled; } && ninja -C $b -j$(nproc) ${targets[*]}"
-if [ "$fails" -ne 0 ]; then echo "gpu-check: the build failed"; exit 1; fi
+preflight() {
+  nvidia-smi -L && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.mem --format=csv
+  uname -r
+  local f bad=0
+  for f in "${gpu_targets[@]}"; do
+    [ -e "$b/$f" ] || { echo "missing: $b/$f"; bad=1; continue; }
+    if ldd "$b/$f" | grep -q 'not found'; then ldd "$b/$f" | grep 'not found' | sed "s|^|$f: |"; bad=1; fi
+  done
+  [ "$dry" -eq 1 ] && return "$bad"  # no GPU needed for the rest of a dry run
+  return "$bad"
+}
+if [ "$dry" -eq 1 ]; then
+  # nvidia-smi is absent here: the dry run checks the binaries only.
+  step setup preflight 10 bash -c "$(declare -f preflight); b=$b dry=1; gpu_targets=(${gpu_targets[*]}); \
+    nvidia-smi() { echo 'nvidia-smi: (dry run)'; }; preflight"
+else
+  step setup preflight 10 bash -c "$(declare -f preflight); b=$b dry=0; gpu_targets=(${gpu_targets[*]}); preflight"
+fi
+step setup chorus_info 15 "$b/scripts/chorus_info"
+if [ "$dry" -eq 0 ] && ! grep -q "cuda from .*: registered" "$out/chorus_info.log"; then
+  echo "-- the CUDA plugin did not register" | tee -a "$out/summary.txt"
+  setup+=(cuda-plugin)
+fi
+[ ${#setup[@]} -eq 0 ] || verdict
 
-export TEST_BUILD_DIR=$PWD/$b CHORUS_SOCKET_IFNAME==lo CHORUS_TIMEOUT=120
-step chorus_info 30 "$b/scripts/chorus_info"
-grep -q "cuda from .*: registered" "$out/chorus_info.log" || { echo "-- the CUDA plugin did not register"; fails=$((fails + 1)); }
-step test_cuda 300 "$b/test/test_cuda"
-step test_cuda_hostfn 120 env CHORUS_CUDA_STREAM_WAIT=hostfn "$b/test/test_cuda" --gtest_filter='*Stream*'
-step test_memory_spaces 300 "$b/test/test_memory_spaces"
-small='Ranks/CudaMatrix.AllReduce*/0:Ranks/CudaStreamOrder.*/0:CudaApi.*'
+# The hazards first: the device-stream path, with each way of holding the stream.
+step check hazards 60 env CHORUS_CUDA_STREAM_WAIT=memop "$b/test/test_cuda" \
+  --gtest_filter='CudaHazards.*:*CudaStreamOrder*:CudaApi.*'
+step check hazards_hostfn 40 env CHORUS_CUDA_STREAM_WAIT=hostfn "$b/test/test_cuda" \
+  --gtest_filter='CudaHazards.*:*CudaStreamOrder*'
+step check one_connection 20 env CUDA_DEVICE_MAX_CONNECTIONS=1 "$b/test/test_cuda" \
+  --gtest_filter='CudaHazards.OneHardwareQueue*'
+# The collective matrix over device buffers: threads, then processes (CUDA IPC between them).
+step check matrix_threads 100 "$b/test/test_cuda" --gtest_filter='Ranks/CudaMatrix.*'
+step check matrix_processes 90 "$b/test/test_cuda" --gtest_filter='*CudaProcesses*'
+# Performance: the device's own copy rate (the bound), a call on a stream, and all_reduce_perf with device buffers.
+step check d2d_copy 15 "$b/bench/gpu/d2d_copy"
+step check stream_latency 20 "$b/bench/gpu/stream_latency"
+perf=("$b/scripts/chorusrun" -n 2 "$b/bench/all_reduce_perf" -G 1 -b 8 -e 256M -f 4 -z 1)
+step check all_reduce_perf 45 "${perf[@]}"
+step check all_reduce_perf_ipc_copy 30 env CHORUS_DEVICE_IPC_REDUCE=0 CHORUS_ALGO=RING "${perf[@]}"
+step check all_reduce_perf_staged 30 env CHORUS_DEVICE_IPC=0 "${perf[@]}"
 if command -v compute-sanitizer > /dev/null; then
-  step memcheck 240 env CHORUS_TEST_MATRIX=small compute-sanitizer --tool memcheck --error-exitcode 1 \
-    "$b/test/test_cuda" --gtest_filter="$small"
-  step racecheck 240 env CHORUS_TEST_MATRIX=small compute-sanitizer --tool racecheck --error-exitcode 1 \
+  step check memcheck 45 env CHORUS_TEST_MATRIX=small compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$b/test/test_cuda" --gtest_filter='Ranks/CudaMatrix.AllReduce*/0'
 else
-  echo "-- compute-sanitizer: not found" | tee -a "$out/summary.txt"
-  fails=$((fails + 1))
+  planned=$((planned + 45))
+  echo "-- memcheck: compute-sanitizer not found (CUDA's toolkit has it)" | tee -a "$out/summary.txt"
 fi
-step stream_latency_memop 60 env CHORUS_CUDA_STREAM_WAIT=memop "$b/bench/gpu/stream_latency"
-step stream_latency_hostfn 60 env CHORUS_CUDA_STREAM_WAIT=hostfn "$b/bench/gpu/stream_latency"
-step d2d_copy 60 "$b/bench/gpu/d2d_copy"
-step all_reduce_perf_z1 180 "$b/scripts/chorusrun" -n 2 "$b/bench/all_reduce_perf" -G 1 -b 8 -e 1G -f 4 -z 1
-step all_reduce_perf_z0 180 "$b/scripts/chorusrun" -n 2 "$b/bench/all_reduce_perf" -G 1 -b 8 -e 1G -f 4 -z 0
-step all_reduce_perf_ipc_copy 180 env CHORUS_DEVICE_IPC_REDUCE=0 CHORUS_ALGO=RING "$b/scripts/chorusrun" -n 2 \
-  "$b/bench/all_reduce_perf" -G 1 -b 8 -e 1G -f 4 -z 1
-step all_reduce_perf_ipc_kernel 180 env CHORUS_ALGO=RING "$b/scripts/chorusrun" -n 2 \
-  "$b/bench/all_reduce_perf" -G 1 -b 8 -e 1G -f 4 -z 1
-step all_reduce_perf_staged 180 env CHORUS_DEVICE_IPC=0 "$b/scripts/chorusrun" -n 2 "$b/bench/all_reduce_perf" \
-  -G 1 -b 8 -e 1G -f 4 -z 1
-if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
-  step gloo_cuda 240 python3 bench/gpu/gloo_cuda.py 8 268435456
+if [ "$dry" -eq 0 ] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null
+then
+  step check gloo_cuda 30 python3 bench/gpu/gloo_cuda.py 8 16777216
 else
   echo "-- gloo_cuda: no PyTorch with CUDA here" | tee -a "$out/summary.txt"
 fi
-echo "== summary"
-cat "$out/summary.txt"
-echo "gpu-check: $fails step(s) failed"
-exit "$fails"
+[ "$planned" -le "$budget" ] || { echo "-- the plan takes ${planned} s, over ${budget} s"; setup+=(budget); }
+verdict

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -124,6 +125,79 @@ TEST_P(CudaStreamOrder, KernelCollectiveKernelOnOneStreamWithoutTheHostBlocking)
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CudaStreamOrder, ::testing::Values(2, 4));
+
+// NCCL's stream 0 (Note [The default stream] in lib/comm/stream.cc): a blocking call on device memory starts after
+// the kernel queued on the legacy default stream before it, which takes 50 ms and then writes the input.
+TEST(CudaHazards, ABlockingCallFollowsTheDefaultStream) {
+  REQUIRE_GPU();
+  constexpr size_t kCount = 1 << 20;
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    float* buf = nullptr;
+    ok(cudaMalloc(&buf, kCount * 4), "cudaMalloc");
+    ok(cudaMemset(buf, 0, kCount * 4), "cudaMemset");
+    ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    ok(gpu::spinThenFill(cudaStreamLegacy, buf, kCount, static_cast<float>(r + 1), 50), "spinThenFill");
+    check(chorusAllReduce(buf, buf, kCount, chorusFloat32, chorusSum, comm, nullptr), comm, "blocking AllReduce");
+    std::vector<float> got(kCount);
+    ok(cudaMemcpy(got.data(), buf, kCount * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    for (size_t i = 0; i < kCount; i += 4099)
+      ASSERT_EQ(got[i], 3.0f + 2.0f * static_cast<float>(i % 7)) << "element " << i;
+    cudaFree(buf);
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+// DDP's first step (Note [Frees wait for quiet] in transports/plugin_memory.cc): calls on a CUDA stream whose
+// scratch grows from 8 elements to 64 MiB, each followed by a kernel on the stream; cudaFree of the old scratch while
+// the stream is held would hang inside the driver. gpu-check.sh's deadline turns a hang into a finding.
+TEST(CudaHazards, ScratchGrowsWhileTheStreamIsHeld) {
+  REQUIRE_GPU();
+  constexpr size_t kLarge = size_t(16) << 20;
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    cudaStream_t s = nullptr;
+    ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    chorusStream_t cs = nullptr;
+    check(chorusStreamCreateFromCuda(comm, s, &cs), comm, "chorusStreamCreateFromCuda");
+    float* buf = nullptr;
+    ok(cudaMalloc(&buf, kLarge * 4), "cudaMalloc");
+    for (size_t count : {size_t(8), size_t(1) << 16, kLarge}) {
+      ok(gpu::spinThenFill(s, buf, count, static_cast<float>(r + 1), 5), "spinThenFill");
+      check(chorusAllReduce(buf, buf, count, chorusFloat32, chorusSum, comm, cs), comm, "AllReduce on the stream");
+      ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      float got = 0;
+      ok(cudaMemcpy(&got, buf + count - 1, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      EXPECT_EQ(got, 3.0f + 2.0f * static_cast<float>((count - 1) % 7)) << "count " << count;
+    }
+    check(chorusStreamDestroy(cs), comm, "chorusStreamDestroy");
+    cudaFree(buf);
+    cudaStreamDestroy(s);
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
+// Note [One hardware queue] in transports/cuda_ipc/cuda_stream.cc: under CUDA_DEVICE_MAX_CONNECTIONS=1 (which the
+// driver reads at context creation, so gpu-check.sh sets it for the whole run) a CUDA stream is refused, naming it,
+// and a blocking call still works.
+TEST(CudaHazards, OneHardwareQueueIsRefusedNamingIt) {
+  REQUIRE_GPU();
+  const char* c = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (c == nullptr || std::string(c) != "1") GTEST_SKIP() << "run with CUDA_DEVICE_MAX_CONNECTIONS=1";
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    cudaStream_t s = nullptr;
+    ok(cudaStreamCreate(&s), "cudaStreamCreate");
+    chorusStream_t cs = nullptr;
+    EXPECT_EQ(chorusStreamCreateFromCuda(comm, s, &cs), chorusInvalidUsage);
+    EXPECT_NE(std::string(chorusGetLastError(comm)).find("CUDA_DEVICE_MAX_CONNECTIONS=1"), std::string::npos)
+        << chorusGetLastError(comm);
+    float* buf = nullptr;
+    ok(cudaMalloc(&buf, 1024 * 4), "cudaMalloc");
+    ok(gpu::spinThenFill(cudaStreamLegacy, buf, 1024, static_cast<float>(r + 1), 1), "spinThenFill");
+    check(chorusAllReduce(buf, buf, 1024, chorusFloat32, chorusSum, comm, nullptr), comm, "blocking AllReduce");
+    cudaFree(buf);
+    cudaStreamDestroy(s);
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+}
 
 // chorusMemAlloc gives this device's memory; a stream of another device is refused where there is one.
 TEST(CudaApi, MemAllocAndStreamsOfAnotherDevice) {
