@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "algorithms/tree_shape.h"
 #include "lib/base/identity.h"
@@ -338,8 +340,8 @@ bool Comm::finishStaged() {
 }
 
 void Comm::sleepOnTransports() {
-  if (copying_ > 0) {  // a device copy ends without waking anyone
-    sched_yield();
+  if (copying_ > 0) {  // a device copy ends without waking anyone: look again after a nap (a yield here kept a
+    std::this_thread::sleep_for(std::chrono::microseconds(20));  // core busy per rank for as long as it ran)
     return;
   }
   std::vector<pollfd> fds;

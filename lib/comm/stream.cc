@@ -51,10 +51,11 @@ namespace chorus {
 // the host can see reached (a CUDA event), then a wait that holds the stream until the host releases it (a
 // stream memory operation waiting on a host-mapped flag, transports/cuda_ipc/cuda_stream.cc). The operation runs
 // on the communicator's worker, in issue order as every asynchronous operation: it first waits for its fences to
-// be reached (spinning CHORUS_SPIN_US, then sleeping up to 1 ms between looks; the application's own work may take
-// long, so no timeout, but an abort or a failed communicator ends the wait), runs, and releases them whatever its
-// outcome, so a failure never leaves the device stream stuck: the error goes to the chorusStream
-// (chorusStreamSynchronize, chorusStreamQuery) and the communicator (chorusCommGetAsyncError), like NCCL's.
+// be reached (spinning CHORUS_SPIN_US, then sleeping up to 50 us between looks, so that the call starts within about
+// that of the kernel before it; the application's own work may take long, so no timeout, but an abort or a failed
+// communicator ends the wait), runs, and releases them whatever its outcome, so a failure never leaves the device
+// stream stuck: the error goes to the chorusStream (chorusStreamSynchronize, chorusStreamQuery) and the
+// communicator (chorusCommGetAsyncError), like NCCL's.
 namespace {
 
 struct Fence {
@@ -97,7 +98,7 @@ void waitReached(Comm& comm, const std::vector<Fence>& fences) {
     comm.throwIfFailed();  // an abort, or a peer that failed meanwhile
     if (steady_clock::now() - start < microseconds(comm.config().spinUs)) continue;
     std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, duration_cast<microseconds>(milliseconds(1)));
+    nap = std::min(nap * 2, microseconds(50));
   }
 }
 
