@@ -15,8 +15,9 @@
 #                                       "no GPU" is expected)
 #
 # Logs go to $OUT (the device tool's) or gpu-check-out/, with summary.txt. The last line is the verdict:
-#   gpu-check: PASS | FAIL (setup|hang|wrong) STEPS...     exit 0 | 1 setup | 2 hang | 3 wrong
-# Figures (busbw, latencies) are in the step logs; they are not judged here.
+#   gpu-check: PASS | FAIL (setup|hang|wrong|slow) STEPS...     exit 0 | 1 setup | 2 hang | 3 wrong | 4 slow
+# slow: scripts/gpu_judge.py's targets (busbw against the bound from the copy rate measured in the same run, 8-byte
+# latency), with its table in figures.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle="" dry=0
@@ -31,7 +32,7 @@ out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
 : > "$out/summary.txt"
 . scripts/gpu-targets.sh
-budget=540 planned=0 setup=() hung=() wrong=()
+budget=540 planned=0 setup=() hung=() wrong=() slow=()
 
 # step CLASS NAME SECONDS COMMAND...: CLASS says what a failure means (setup: the rest cannot be trusted; check:
 # a finding). A step that runs past its deadline is a hang.
@@ -61,6 +62,7 @@ verdict() {
   if [ ${#setup[@]} -gt 0 ]; then echo "gpu-check: FAIL (setup) ${setup[*]}"; exit 1; fi
   if [ ${#hung[@]} -gt 0 ]; then echo "gpu-check: FAIL (hang) ${hung[*]}"; exit 2; fi
   if [ ${#wrong[@]} -gt 0 ]; then echo "gpu-check: FAIL (wrong) ${wrong[*]}"; exit 3; fi
+  if [ ${#slow[@]} -gt 0 ]; then echo "gpu-check: FAIL (slow) ${slow[*]} (figures.md)"; exit 4; fi
   if [ "$dry" -eq 1 ]; then echo "gpu-check: PASS (dry run: every command started; nothing was measured)"; exit 0; fi
   echo "gpu-check: PASS"
   exit 0
@@ -127,6 +129,12 @@ perf=("$b/scripts/chorusrun" -n 2 "$b/bench/all_reduce_perf" -G 1 -b 8 -e 256M -
 step check all_reduce_perf 45 "${perf[@]}"
 step check all_reduce_perf_ipc_copy 30 env CHORUS_DEVICE_IPC_REDUCE=0 CHORUS_ALGO=RING "${perf[@]}"
 step check all_reduce_perf_staged 30 env CHORUS_DEVICE_IPC=0 "${perf[@]}"
+if [ "$dry" -eq 0 ]; then
+  python3 scripts/gpu_judge.py "$out" --ranks 2 | tee -a "$out/summary.txt"
+  [ "${PIPESTATUS[0]}" -ne 4 ] || slow+=(figures)
+else
+  step check judge 5 python3 scripts/gpu_judge.py --help
+fi
 if command -v compute-sanitizer > /dev/null; then
   step check memcheck 45 env CHORUS_TEST_MATRIX=small compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$b/test/test_cuda" --gtest_filter='Ranks/CudaMatrix.AllReduce*/0'
