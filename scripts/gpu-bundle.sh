@@ -22,6 +22,7 @@ ninja -C "$b" "${gpu_targets[@]}" >/dev/null
 
 rm -rf "$dir"
 mkdir -p "$dir/deps"
+dir_abs=$(cd "$dir" && pwd) b_abs=$(cd "$b" && pwd)
 for t in "${gpu_targets[@]}"; do
   mkdir -p "$dir/$(dirname "$t")"
   cp "$b/$t" "$dir/$t"
@@ -30,7 +31,7 @@ done
 # libchorus.so and whatever else of the build tree the binaries load by their RUNPATH ($ORIGIN-relative in a
 # build tree), kept at the same relative place.
 for t in "${gpu_targets[@]}"; do
-  ldd "$b/$t" | awk -v b="$(cd "$b" && pwd)/" 'index($3, b) == 1 {print substr($3, length(b) + 1)}'
+  ldd "$b/$t" | awk -v b="$b_abs/" 'index($3, b) == 1 {print substr($3, length(b) + 1)}'
 done | sort -u | while read -r rel; do
   mkdir -p "$dir/$(dirname "$rel")"
   cp "$b/$rel" "$dir/$rel"
@@ -44,7 +45,7 @@ for f in $(cd "$dir" && find . -type f ! -path './deps/*' | sed 's|^\./||'); do
   ldd "$dir/$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   grep -Eq "$provided" <<< "$name" && continue
-  case "$path" in "$(cd "$dir" && pwd)"/*|"$(cd "$b" && pwd)"/*) continue ;; esac
+  case "$path" in "$dir_abs"/*|"$b_abs"/*) continue ;; esac
   cp -L "$path" "$dir/deps/$name"
 done
 
@@ -55,8 +56,8 @@ for f in $(cd "$dir" && find . -type f -perm -u+x ! -path './deps/*' | sed 's|^\
     [ "$arrow" = "=>" ] || continue
     if [ "$path" = "not" ]; then echo "gpu-bundle: $f: $name not found"; bad=1; continue; fi
     grep -Eq "$provided" <<< "$name" && continue
-    case "$path" in "$(cd "$dir" && pwd)"/*) ;; *) echo "gpu-bundle: $f: $name comes from $path"; bad=1 ;; esac
-  done < <(env -i LD_LIBRARY_PATH="$(cd "$dir" && pwd)/deps:$cuda_lib" /usr/bin/ldd "$dir/$f" 2>&1)
+    case "$path" in "$dir_abs"/*) ;; *) echo "gpu-bundle: $f: $name comes from $path"; bad=1 ;; esac
+  done < <(env -i LD_LIBRARY_PATH="$dir_abs/deps:$cuda_lib" /usr/bin/ldd "$dir/$f" 2>&1)
 done
 size=$(du -sm "$dir" | cut -f1)
 echo "gpu-bundle: $dir: $(find "$dir" -type f | wc -l) files, ${size} MiB; deps: $(ls "$dir/deps" | tr '\n' ' ')"

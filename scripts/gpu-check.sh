@@ -95,7 +95,6 @@ preflight() {
     [ -e "$b/$f" ] || { echo "missing: $b/$f"; bad=1; continue; }
     if ldd "$b/$f" | grep -q 'not found'; then ldd "$b/$f" | grep 'not found' | sed "s|^|$f: |"; bad=1; fi
   done
-  [ "$dry" -eq 1 ] && return "$bad"  # no GPU needed for the rest of a dry run
   return "$bad"
 }
 if [ "$dry" -eq 1 ]; then
