@@ -14,7 +14,7 @@ namespace chorus::transport::shm {
 
 constexpr uint32_t kHelloMagic = 0x43485348;  // "CHSH"
 constexpr uint32_t kFrameMagic = 0x43485346;  // "CHSF"
-constexpr uint32_t kWireVersion = 2;  // 2: sealed Hellos
+constexpr uint32_t kWireVersion = 3;  // 2: sealed Hellos; 3: fence requests in the segment
 constexpr uint32_t kMaxAbortText = 4096;
 
 struct Hello {

@@ -21,7 +21,7 @@ constexpr size_t kLine = 64;
 constexpr uint32_t kSlots = 16;           // per direction and class: 1 MiB (see Note [Shared-memory data path])
 constexpr size_t kSlotBytes = 64 * 1024;  // one header line + payload
 constexpr size_t kSlotPayload = kSlotBytes - kLine;
-constexpr uint64_t kSegmentMagic = 0x43484f5255534d32;  // "CHORUSM2": a FIFO pair per message class
+constexpr uint64_t kSegmentMagic = 0x43484f5255534d33;  // "CHORUSM3": fence requests beside the sleep flags
 
 // Small: the whole message sits in the header line itself (one cache line from producer to consumer).
 // Inline: bytes [offset, offset + len) of the message follow the header. Rendezvous: they are at `addr` in
@@ -57,6 +57,13 @@ struct alignas(kLine) Slot {
 static_assert(sizeof(Slot) == kSlotBytes);
 static_assert(kSlotPayload % 8 == 0, "a slot must hold whole elements of every datatype");
 
+// What a side that sleeps in poll() shares with the side that must wake it: the peer reads this line after every
+// batch it publishes (ShmTransport's wake()), so the request travels on a line that is read anyway.
+struct alignas(kLine) SleepLine {
+  std::atomic<uint64_t> asleep;  // about to sleep in poll(): wake it with a byte on the pair's socket
+  std::atomic<uint64_t> fences;  // Note [Fenced publishes]: odd: publish to this side with a full fence
+};
+
 struct Fifo {
   Line tail;  // slots released by the consumer; written by the consumer only
   Slot slots[kSlots];
@@ -65,7 +72,8 @@ struct Fifo {
 // Side 0 is the lower rank of the pair (it creates the segment), side 1 the higher.
 struct PairSegment {
   Line magic;
-  Line asleep[2];   // side s is about to sleep in poll(): wake it with a byte on the pair's socket
+  SleepLine sleep[2];  // written by side s
+  Line following[2];   // the other side's `fences` value that side s publishes by (Note [Fenced publishes])
   Line canRead[2];  // side s can copy straight out of the other side's memory: 0 unknown, 1 yes, 2 no
   Line membarrier[2];  // side s runs in a process registered for membarrier(GLOBAL_EXPEDITED): 1 yes
   Fifo fifo[2][2];  // fifo[c][s]: message class c (lib/base/ops.h); side s produces, side 1 - s consumes

@@ -130,6 +130,9 @@ struct Peer {
     return light;
   }
   bool light = false;
+  // Note [Fenced publishes]: the peer's `fences` request this rank last answered, and whether it asks for fences.
+  uint64_t following = 0;
+  bool fenced = false;
 };
 
 struct Arrived {
@@ -276,9 +279,12 @@ class ShmTransport final : public Transport {
     // that arrives after the flag is raised (say for a released slot, while we wait for data) and then
     // sleeping would leave the flag down and the next publish would not wake us (a 100 ms stall).
     pollControl();
-    for (Peer* p : active_) p->s()->asleep[p->side].v.store(1, std::memory_order_seq_cst);
-    // The slow half of the asymmetric barrier in wake(): a full barrier on every CPU running a peer.
-    if (registerMembarrier() && ::syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0)
+    askForFences(received_ - receivedAtSleep_ < kFencesBelow);
+    receivedAtSleep_ = received_;
+    for (Peer* p : active_) p->s()->sleep[p->side].asleep.store(1, std::memory_order_seq_cst);
+    // The slow half of the asymmetric barrier in wake(): a full barrier on every CPU running a peer, unless
+    // every peer that publishes without a fence has said it now fences (Note [Fenced publishes]).
+    if (needsBarrier() && ::syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0)
       CHORUS_DEBUG(kNet, "membarrier failed ({}); a wake-up may be late by one poll timeout", std::strerror(errno));
     armed_ = true;
     for (Peer* p : active_)
@@ -312,6 +318,7 @@ class ShmTransport final : public Transport {
       p->lanes[c].out = &p->s()->fifo[c][p->side];
       p->lanes[c].in = &p->s()->fifo[c][1 - p->side];
     }
+    p->s()->sleep[p->side].fences.store(fences_, std::memory_order_relaxed);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = static_cast<uint64_t>(peer);
@@ -326,7 +333,7 @@ class ShmTransport final : public Transport {
   }
 
   void disarm() {
-    for (Peer* p : active_) p->s()->asleep[p->side].v.store(0, std::memory_order_relaxed);
+    for (Peer* p : active_) p->s()->sleep[p->side].asleep.store(0, std::memory_order_relaxed);
     armed_ = false;
   }
 
@@ -334,9 +341,10 @@ class ShmTransport final : public Transport {
   // wake(): we store the word then load the peer's flag; the sleeper stores its flag then loads the word, and
   // one of the two must see the other's store. A seq_cst store (a full barrier) would stall every send until
   // the slot's cache line is ours, so when both processes are membarrier targets the sleeper pays instead
-  // (armWake's membarrier() runs a barrier on this CPU) and we only keep the compiler from reordering.
+  // (armWake's membarrier() runs a barrier on this CPU) and we only keep the compiler from reordering --
+  // unless the peer sleeps so often that it asked us to fence after all (Note [Fenced publishes]).
   static void publish(Peer& p, std::atomic<uint64_t>& word, uint64_t value) {
-    if (p.lightWake()) {
+    if (p.lightWake() && !p.fenced) {
       word.store(value, std::memory_order_release);
       std::atomic_signal_fence(std::memory_order_seq_cst);
     } else {
@@ -344,13 +352,51 @@ class ShmTransport final : public Transport {
     }
   }
 
-  // After publishing: if the peer announced it is going to sleep, wake it (once).
+  // After publishing: answer a changed fence request, and if the peer announced it is going to sleep, wake it
+  // (once).
   void wake(Peer& p) {
-    std::atomic<uint64_t>& flag = p.s()->asleep[1 - p.side].v;
+    SleepLine& line = p.s()->sleep[1 - p.side];
+    if (const uint64_t want = line.fences.load(std::memory_order_relaxed); want != p.following) follow(p, want);
+    std::atomic<uint64_t>& flag = line.asleep;
     if (flag.load(std::memory_order_seq_cst) == 0 || flag.exchange(0) == 0 || p.gone) return;
     Frame f{kFrameMagic, FrameType::Wake, {}, 0, 0};
     // Best effort: a full socket already holds wake-ups, and a dead peer is noticed on the control socket.
     if (::send(p.sock.get(), &f, sizeof f, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* see above */ }
+  }
+
+  // Note [Fenced publishes]: the membarrier() that lets publish() go without a fence costs the sleeper an
+  // inter-processor interrupt on every CPU that runs a registered process, serialised by a kernel mutex. That
+  // pays while sleeping is rare (ranks that spin), and costs far more than it saves when ranks sleep on every
+  // wait: with more ranks than cores, or a rank that waits on TCP peers too, the ranks of this 2-core VM spent
+  // most of their time in membarrier's IPIs (docs/results/2026-12-07-fenced-publishes.md). So a rank that
+  // sleeps again after fewer than kFencesBelow slots received asks its peers to fence every publish to it,
+  // and drops the request once it sleeps after more. The request is a counter, odd while asked for, in the
+  // sleeper's SleepLine, which the peer reads after each batch it publishes; the peer answers by storing the
+  // counter in its `following` line after a full fence, and fences every later publish. The sleeper skips its
+  // membarrier() only while every peer that could publish without a fence has answered the current odd
+  // counter: the answer's fence orders all of that peer's unfenced publishes before it, and later publishes
+  // are seq_cst stores followed by the seq_cst load of `asleep`, a Dekker pair without help. Any other state
+  // (no answer yet, a withdrawn request the peer has not seen) keeps the membarrier(), which is always enough.
+  void askForFences(bool ask) {
+    if (ask == ((fences_ & 1) != 0)) return;
+    ++fences_;
+    for (Peer* p : active_) p->s()->sleep[p->side].fences.store(fences_, std::memory_order_relaxed);
+  }
+
+  bool needsBarrier() const {
+    if (!registerMembarrier()) return false;  // then no peer publishes without a fence (lightWake())
+    for (Peer* p : active_)
+      if (p->lightWake() && ((fences_ & 1) == 0 ||
+                             p->s()->following[1 - p->side].v.load(std::memory_order_acquire) != fences_))
+        return true;
+    return false;
+  }
+
+  static void follow(Peer& p, uint64_t want) {
+    p.following = want;
+    p.fenced = (want & 1) != 0;
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // every publish so far is visible before the answer
+    p.s()->following[p.side].v.store(want, std::memory_order_release);
   }
 
   static bool hasWork(const Lane& l) {
@@ -457,6 +503,7 @@ class ShmTransport final : public Transport {
         m.got += len;
       }
       publish(p, l.in->tail.v, ++l.next);
+      ++received_;
       released = true;
       if (m.got == m.len) {
         complete(m.req);
@@ -562,6 +609,10 @@ class ShmTransport final : public Transport {
   std::map<int, Arrived> arrived_;
   unsigned calls_ = 0;
   bool armed_ = false;
+  // Note [Fenced publishes]: this rank's request to its peers, and slots received in all, and at the last sleep.
+  static constexpr uint64_t kFencesBelow = 256;
+  uint64_t fences_ = 0;
+  uint64_t received_ = 0, receivedAtSleep_ = 0;
   std::vector<uint8_t> bounce_;  // irecvReduce of a direct copy between processes
 };
 

@@ -41,7 +41,8 @@
 //    releases a slot and sees the flag clears it and writes one Wake frame on the pair's socket. The flag and
 //    FIFO accesses form a Dekker pattern: the sleeper issues membarrier(GLOBAL_EXPEDITED), so the data path
 //    needs no fence (a full fence there would stall every send on the slot's cache line); without membarrier
-//    both sides use seq_cst fences. No wake-up is lost either way.
+//    both sides use seq_cst fences. A rank that sleeps on nearly every wait asks its peers to fence instead,
+//    and then sleeps without membarrier (Note [Fenced publishes]). No wake-up is lost in any of these.
 //  * A peer is gone when its control socket closes; what it published before is still delivered, and only
 //    then do operations that still need it fail, naming it and saying whether it said goodbye.
 #pragma once
