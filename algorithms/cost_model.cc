@@ -4,8 +4,9 @@
 #include <cmath>
 #include <limits>
 
-#include "lib/base/env.h"
+#include "algorithms/fold.h"
 #include "algorithms/tree_shape.h"
+#include "lib/base/env.h"
 #include "lib/base/log.h"
 
 namespace chorus::algo {
@@ -80,8 +81,12 @@ double CostModel::allReduceUs(AllReduceAlgo a, size_t bytes) const {
       return latency + std::max(path + (k - 1) * period, S / red);
     }
     case AllReduceAlgo::RecursiveDoubling: {
-      const int steps = floorLog2(p) + fold;
-      return steps * (link.alphaUs + S / bw) + floorLog2(p) * S / red;
+      // In a step that crosses hosts every rank of a host sends off it at once: maxPerHost buffers on its link
+      // (2 hosts x 2 ranks at 1 Gbit/s, 32 KiB: 270-550 us against the tree's 270, which sends one).
+      const int steps = floorLog2(p) + fold, localSteps = hosts > 1 ? rdLocalSteps : 0;
+      const double onLink = hosts > 1 ? maxPerHost * S : S;
+      return localSteps * (local.alphaUs + S / (local.gbps * 1e3)) +
+             (steps - localSteps) * (link.alphaUs + onLink / bw) + floorLog2(p) * S / red;
     }
     case AllReduceAlgo::HalvingDoubling: {
       const double pd = p;
@@ -161,12 +166,28 @@ std::vector<CostModel::Crossover> CostModel::crossovers(unsigned allowed) const 
   return out;
 }
 
+int recursiveDoublingLocalSteps(const std::vector<int>& hostOf) {
+  const int n = static_cast<int>(hostOf.size());
+  const PowerOfTwoFold fold(n, 0);  // its mapping of active ranks to ranks does not depend on the rank
+  auto together = [&](int a, int b) { return hostOf[static_cast<size_t>(a)] == hostOf[static_cast<size_t>(b)]; };
+  int steps = 0;
+  bool foldTogether = true;  // the even ranks 2i < 2(n - p) hand their buffer to 2i + 1, and get the result back
+  for (int r = 0; r < 2 * (n - fold.p()); r += 2) foldTogether = foldTogether && together(r, r + 1);
+  if (n != fold.p() && foldTogether) steps += 2;
+  for (int mask = 1; mask < fold.p(); mask <<= 1) {
+    bool all = true;
+    for (int a = 0; a < fold.p(); ++a) all = all && together(fold.realRank(a), fold.realRank(a ^ mask));
+    steps += all ? 1 : 0;
+  }
+  return steps;
+}
+
 std::string CostModel::describe() const {
   std::string s = fmt::format("{} ranks on {} host(s), at most {} per host; local alpha {:.1f} us beta {:.1f} GB/s",
                               nranks, hosts, maxPerHost, local.alphaUs, local.gbps);
   if (hosts > 1)
-    s += fmt::format("; net alpha {:.1f} us beta {:.3f} GB/s; host tree depth {}", net.alphaUs, net.gbps,
-                     hostTreeDepth);
+    s += fmt::format("; net alpha {:.1f} us beta {:.3f} GB/s; host tree depth {}; recursive doubling steps inside "
+                     "hosts {}", net.alphaUs, net.gbps, hostTreeDepth, rdLocalSteps);
   return s;
 }
 

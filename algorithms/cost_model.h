@@ -13,11 +13,14 @@
 //          busiest link per further chunk (Note [Double binary tree], algorithms/tree.cc). Across hosts the
 //          busiest link is the busier of a host's link to the others (treeHostLoad: the host tree's load; the
 //          chains inside hosts do not cross it) and a rank's link inside its host (treeLoad)
-//   recursive doubling   log2(p) steps (+2 folding n onto a power of two p) of the whole buffer each
+//   recursive doubling   log2(p) steps (+2 folding n onto a power of two p) of the whole buffer each; a step
+//                        whose pairs all share a host costs the local link (rdLocalSteps: with hosts of 2^k
+//                        ranks numbered host by host, the first k); one that crosses carries every rank's
+//                        buffer of a host on the host's link
 //   halving-doubling     2 log2(p) steps (+2), 2(p-1)/p S (+2S folding), (p-1)/p S reduced
 //   direct (shm only, n > 2)   1 step, (n-1) S sent and reduced
-// A step that crosses hosts costs the net link; with more than one host every algorithm but the tree crosses
-// hosts at every step. On one host the model still predicts, but AUTO keeps the sizes measured there
+// A step that crosses hosts costs the net link; with more than one host every algorithm but the tree and
+// recursive doubling crosses hosts at every step. On one host the model still predicts, but AUTO keeps the sizes measured there
 // (measuredOneHostChoice in cost_model.cc): the alpha-beta form cannot see the caches and the reduction
 // competing with the copy for one core, which decide between the algorithms on one machine (fitting it would
 // need a different alpha and beta per algorithm). chorus_info prints the crossovers for the current communicator.
@@ -49,6 +52,7 @@ struct CostModel {
   int hostTreeDepth = 0;  // edges on the deepest root-to-leaf path of the host-level double binary tree
   int treeLoad = 4;       // half-buffers the busiest rank sends in the two trees (2 with 2 hosts, else 4+)
   int treeHostLoad = 4;   // half-buffers the busiest host sends to other hosts in the two trees (hosts > 1)
+  int rdLocalSteps = 0;   // steps of recursive doubling in which no pair crosses hosts (hosts > 1)
   bool reduceOnReceive = false;  // every pair's transport reduces while receiving (shm): no staging copies
   bool directAllowed = false;    // reduceOnReceive and n > 2
   LinkCost local;         // between ranks of one host
@@ -70,6 +74,10 @@ struct CostModel {
   std::vector<Crossover> crossovers(unsigned allowed) const;
   std::string describe() const;  // "8 ranks on 8 hosts; local a=... b=...; net ..."
 };
+
+// The steps of recursive doubling over ranks on hosts hostOf[r] (folding included, algorithms/fold.h) in which
+// every pair of ranks shares a host: CostModel::rdLocalSteps.
+int recursiveDoublingLocalSteps(const std::vector<int>& hostOf);
 
 // bits of lib/base/env.h's AlgoBits that an algorithm needs
 unsigned algoBit(AllReduceAlgo a);

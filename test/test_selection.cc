@@ -174,6 +174,32 @@ TEST(CostModel, UnpipelinedAlgorithmsNeedAMarginAcrossHosts) {
   EXPECT_EQ(m.chooseAllReduce(kAlgoAll, 8), AllReduceAlgo::RecursiveDoubling);
 }
 
+// With hosts of 2^k ranks numbered host by host, recursive doubling's first k steps pair ranks of one host: those
+// cost the local link. Counting every step as a net one made 2 hosts x 2 ranks pick the tree for small messages
+// (two net hops in a row) over recursive doubling (one); measured on the simulated cluster, 8 B, 4 ranks on 2
+// cores: 160-230 us against 94-127 us (docs/results/2026-12-07-fenced-publishes.md).
+TEST(CostModel, RecursiveDoublingStepsInsideAHostCostTheLocalLink) {
+  EXPECT_EQ(algo::recursiveDoublingLocalSteps({0, 0, 1, 1}), 1);
+  EXPECT_EQ(algo::recursiveDoublingLocalSteps({0, 1, 0, 1}), 1);  // the second step pairs 0 with 2
+  EXPECT_EQ(algo::recursiveDoublingLocalSteps({0, 1, 1, 0}), 0);
+  EXPECT_EQ(algo::recursiveDoublingLocalSteps({0, 0, 0, 0, 1, 1, 1, 1}), 2);
+  EXPECT_EQ(algo::recursiveDoublingLocalSteps({0, 0, 0, 1, 1, 1}), 0);  // 6 -> 4: the pair (2, 3) crosses
+  EXPECT_EQ(algo::recursiveDoublingLocalSteps({0, 0, 1, 1, 2, 2}), 2);  // only the folding stays inside
+  EXPECT_EQ(algo::recursiveDoublingLocalSteps({0, 0, 0}), 3);           // one host: every step
+  EXPECT_EQ(algo::recursiveDoublingLocalSteps({0}), 0);
+
+  CostModel m = slowCluster(2);
+  m.nranks = 4;
+  m.maxPerHost = 2;
+  m.rdLocalSteps = 1;
+  // one net step and one local one, against the tree's two net hops and two chain hops
+  EXPECT_NEAR(m.allReduceUs(AllReduceAlgo::RecursiveDoubling, 8), 550 + 0.3, 1.0);
+  EXPECT_NEAR(m.allReduceUs(AllReduceAlgo::Tree, 8), 2 * (550 + 0.3), 1.0);
+  EXPECT_EQ(m.chooseAllReduce(kAlgoAll, 8), AllReduceAlgo::RecursiveDoubling);
+  m.rdLocalSteps = 0;  // ranks placed as {0, 1, 1, 0}: both steps cross, and the tree is as fast
+  EXPECT_NE(m.chooseAllReduce(kAlgoAll, 8), AllReduceAlgo::RecursiveDoubling);
+}
+
 TEST(CostModel, CrossoversListEveryChange) {
   CostModel m = slowCluster(8);
   auto xs = m.crossovers(kAlgoRing | kAlgoTree);

@@ -114,6 +114,7 @@ algo::CostModel buildCostModel(Comm& comm, bool oversubscribedHere) {
   // down in both trees.
   m.treeLoad = m.maxPerHost > 1 ? std::max(trees.load + 2, 4) : trees.load;
   m.treeHostLoad = trees.load;
+  m.rdLocalSteps = algo::recursiveDoublingLocalSteps(hostOf);
   m.reduceOnReceive = comm.reduceOnReceive();
   m.directAllowed = m.reduceOnReceive && m.nranks > 2;
   m.chunks = comm.chunkSteps();
