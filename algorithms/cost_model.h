@@ -20,10 +20,11 @@
 //   halving-doubling     2 log2(p) steps (+2), 2(p-1)/p S (+2S folding), (p-1)/p S reduced
 //   direct (shm only, n > 2)   1 step, (n-1) S sent and reduced
 // A step that crosses hosts costs the net link; with more than one host every algorithm but the tree and
-// recursive doubling crosses hosts at every step. On one host the model still predicts, but AUTO keeps the sizes measured there
-// (measuredOneHostChoice in cost_model.cc): the alpha-beta form cannot see the caches and the reduction
-// competing with the copy for one core, which decide between the algorithms on one machine (fitting it would
-// need a different alpha and beta per algorithm). chorus_info prints the crossovers for the current communicator.
+// recursive doubling crosses hosts at every step. On one host the model still predicts, but AUTO keeps the
+// sizes measured there (measuredOneHostChoice in cost_model.cc): the alpha-beta form cannot see the caches and
+// the reduction competing with the copy for one core, which decide between the algorithms on one machine
+// (fitting it would need a different alpha and beta per algorithm). chorus_info prints the crossovers for the
+// current communicator.
 #pragma once
 
 #include <cstddef>

@@ -12,11 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "test/procs.h"
 #include "test/ranks.h"
 #include "test/shell.h"
 #include "test/watchdog.h"
 
 using chorus::test::check;
+using chorus::test::Child;
+using chorus::test::freePort;
+using chorus::test::killAllChildren;
+using chorus::test::Procs;
+using chorus::test::randomSecret;
+using chorus::test::rankEnv;
+using chorus::test::say;
+using chorus::test::selfExe;
 using chorus::test::runRanks;
 using chorus::test::runShell;
 using chorus::test::buildDir;
@@ -54,7 +63,86 @@ std::set<std::string> devShm() {
   return names;
 }
 
+// Worker "fences" (two processes, so that membarrier() and the segment join two address spaces): phases in which
+// one rank comes 3 ms late to each small AllReduce, so the other sleeps in every wait, alternate with phases of
+// large AllReduces back to back, in which hundreds of slots arrive between sleeps. Note [Fenced publishes]: the
+// sleeper asks for fences in the first kind of phase and withdraws the request in the second. Every result is
+// checked; "@@SLOW n" counts the small calls that took more than 90 ms (a lost wake-up waits out 100 ms).
+int workerFences() {
+  chorusComm_t comm = nullptr;
+  if (chorusCommInitFromEnv(&comm) != chorusSuccess) {
+    say("@@FAILED init: %s", chorusGetLastError(nullptr));
+    return 1;
+  }
+  int rank = 0;
+  chorusCommUserRank(comm, &rank);
+  std::vector<float> big(size_t(4) << 20);
+  int slow = 0;
+  for (int phase = 0; phase < 6; ++phase) {
+    for (int it = 0; it < (phase % 2 == 0 ? 30 : 8); ++it) {
+      if (phase % 2 == 0) {
+        if (rank == it % 2) usleep(3000);
+        int64_t v = rank + it;
+        auto t0 = std::chrono::steady_clock::now();
+        if (chorusAllReduce(&v, &v, 1, chorusInt64, chorusSum, comm, nullptr) != chorusSuccess || v != 2 * it + 1) {
+          say("@@FAILED small %d/%d: %s", phase, it, chorusGetLastError(comm));
+          return 1;
+        }
+        if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(90)) ++slow;
+      } else {
+        std::fill(big.begin(), big.end(), static_cast<float>(rank + 1));
+        if (chorusAllReduce(big.data(), big.data(), big.size(), chorusFloat32, chorusSum, comm, nullptr) !=
+                chorusSuccess ||
+            big.front() != 3.0f || big.back() != 3.0f || big[big.size() / 2 + 7] != 3.0f) {
+          say("@@FAILED big %d/%d: %s", phase, it, chorusGetLastError(comm));
+          return 1;
+        }
+      }
+    }
+  }
+  chorusCommDestroy(comm);
+  say("@@SLOW %d", slow);
+  return 0;
+}
+
+int runWorker(const std::string& name) {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  if (name == "fences") return workerFences();
+  std::fprintf(stderr, "unknown worker scenario '%s'\n", name.c_str());
+  return 2;
+}
+
+int lines(const Child& c, const std::string& text) {
+  int n = 0;
+  for (const auto& l : c.lines) n += l.text.find(text) != std::string::npos ? 1 : 0;
+  return n;
+}
+
 }  // namespace
+
+// Note [Fenced publishes], between processes: a rank that sleeps on every wait asks its peer to fence, withdraws
+// the request when it stops sleeping, and asks again, with no wake-up lost on the way (the DEBUG log says when
+// it asks; the worker checks every result and counts the calls that waited out a poll timeout).
+TEST(Shm, FenceRequestsFollowHowOftenARankSleeps) {
+  Watchdog wd(120, killAllChildren);
+  const int n = 2, port = freePort();
+  const uint64_t secret = randomSecret();
+  Procs p;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> env = rankEnv(r, n, port, secret);
+    env.insert(env.end(), {"CHORUS_DEBUG=DEBUG", "CHORUS_DEBUG_SUBSYS=NET", "CHORUS_SPIN_US=50"});
+    p.spawn({selfExe(), "--worker=fences"}, env);
+  }
+  ASSERT_TRUE(p.waitAllExited(90)) << p.dump();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(p[r].exitCode(), 0) << p.dump();
+    ASSERT_TRUE(p[r].field("SLOW").has_value()) << p.dump();
+    EXPECT_LE(std::stoi(*p[r].field("SLOW")), 2) << "small calls of rank " << r << " that waited out a poll timeout";
+    // three sleepy phases: a request in each, withdrawn in the busy phases between them
+    EXPECT_GE(lines(p[r], "asks its shared-memory peers to fence"), 3) << p[r].output();
+    EXPECT_GE(lines(p[r], "no longer asks its shared-memory peers to fence"), 2) << p[r].output();
+  }
+}
 
 // No spinning and no yielding: every wait goes straight to sleep, so each message must wake its receiver
 // (and each released slot its sender). 8 ranks on this machine's cores; a lost wake-up shows as a 100 ms
@@ -206,3 +294,5 @@ TEST(Shm, DirectCopyBetweenThreads) {
   unsetenv("CHORUS_SHM_DIRECT_BYTES");
   EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
 }
+
+int main(int argc, char** argv) { return chorus::test::testsOrWorker(argc, argv, runWorker); }

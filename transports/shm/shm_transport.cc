@@ -130,7 +130,7 @@ struct Peer {
     return light;
   }
   bool light = false;
-  // Note [Fenced publishes]: the peer's `fences` request this rank last answered, and whether it asks for fences.
+  // The peer's `fences` request this rank last answered, and whether it asks for fences (Note [Fenced publishes]).
   uint64_t following = 0;
   bool fenced = false;
 };
@@ -381,6 +381,8 @@ class ShmTransport final : public Transport {
     if (ask == ((fences_ & 1) != 0)) return;
     ++fences_;
     for (Peer* p : active_) p->s()->sleep[p->side].fences.store(fences_, std::memory_order_relaxed);
+    CHORUS_DEBUG(kNet, "{} {} its shared-memory peers to fence their publishes ({} slots received since it last "
+                 "slept)", self().name(), ask ? "asks" : "no longer asks", received_ - receivedAtSleep_);
   }
 
   bool needsBarrier() const {
@@ -609,7 +611,7 @@ class ShmTransport final : public Transport {
   std::map<int, Arrived> arrived_;
   unsigned calls_ = 0;
   bool armed_ = false;
-  // Note [Fenced publishes]: this rank's request to its peers, and slots received in all, and at the last sleep.
+  // This rank's request to its peers, and slots received in all and at the last sleep (Note [Fenced publishes]).
   static constexpr uint64_t kFencesBelow = 256;
   uint64_t fences_ = 0;
   uint64_t received_ = 0, receivedAtSleep_ = 0;
