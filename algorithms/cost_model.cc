@@ -82,7 +82,7 @@ double CostModel::allReduceUs(AllReduceAlgo a, size_t bytes) const {
     }
     case AllReduceAlgo::RecursiveDoubling: {
       // In a step that crosses hosts every rank of a host sends off it at once: maxPerHost buffers on its link
-      // (2 hosts x 2 ranks at 1 Gbit/s, 32 KiB: 270-550 us against the tree's 270, which sends one).
+      // (docs/results/2026-12-07-fenced-publishes.md, 32 KiB).
       const int steps = floorLog2(p) + fold, localSteps = hosts > 1 ? rdLocalSteps : 0;
       const double onLink = hosts > 1 ? maxPerHost * S : S;
       return localSteps * (local.alphaUs + S / (local.gbps * 1e3)) +

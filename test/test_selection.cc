@@ -176,8 +176,8 @@ TEST(CostModel, UnpipelinedAlgorithmsNeedAMarginAcrossHosts) {
 
 // With hosts of 2^k ranks numbered host by host, recursive doubling's first k steps pair ranks of one host: those
 // cost the local link. Counting every step as a net one made 2 hosts x 2 ranks pick the tree for small messages
-// (two net hops in a row) over recursive doubling (one); measured on the simulated cluster, 8 B, 4 ranks on 2
-// cores: 160-230 us against 94-127 us (docs/results/2026-12-07-fenced-publishes.md).
+// (two net hops in a row) over recursive doubling (one), the slower of the two on the simulated cluster
+// (docs/results/2026-12-07-fenced-publishes.md).
 TEST(CostModel, RecursiveDoublingStepsInsideAHostCostTheLocalLink) {
   EXPECT_EQ(algo::recursiveDoublingLocalSteps({0, 0, 1, 1}), 1);
   EXPECT_EQ(algo::recursiveDoublingLocalSteps({0, 1, 0, 1}), 1);  // the second step pairs 0 with 2
