@@ -64,10 +64,13 @@ std::set<std::string> devShm() {
 }
 
 // Worker "fences" (two processes, so that membarrier() and the segment join two address spaces): phases in which
-// one rank comes 3 ms late to each small AllReduce, so the other sleeps in every wait, alternate with phases of
-// large AllReduces back to back, in which hundreds of slots arrive between sleeps. Note [Fenced publishes]: the
+// one rank comes 60 ms late to each small AllReduce, so the other sleeps in every wait, alternate with phases of
+// large AllReduces back to back, in which hundreds of slots arrive between sleeps: the test has ranks spin 20 ms
+// before they sleep, so that no wait of a busy phase sleeps even in the sanitizer builds (Note [Patience] shrinks
+// the spin after the long waits, and the busy phase's short ones grow it back). Note [Fenced publishes]: the
 // sleeper asks for fences in the first kind of phase and withdraws the request in the second. Every result is
-// checked; "@@SLOW n" counts the small calls that took more than 90 ms (a lost wake-up waits out 100 ms).
+// checked; "@@SLOW n" counts the small calls that took more than 100 ms (a sleeper whose wake-up is lost waits out
+// the 100 ms poll timeout: about 120 ms in all, against the peer's 60).
 int workerFences() {
   chorusComm_t comm = nullptr;
   if (chorusCommInitFromEnv(&comm) != chorusSuccess) {
@@ -79,16 +82,16 @@ int workerFences() {
   std::vector<float> big(size_t(4) << 20);
   int slow = 0;
   for (int phase = 0; phase < 6; ++phase) {
-    for (int it = 0; it < (phase % 2 == 0 ? 30 : 8); ++it) {
+    for (int it = 0; it < (phase % 2 == 0 ? 6 : 8); ++it) {
       if (phase % 2 == 0) {
-        if (rank == it % 2) usleep(3000);
+        if (rank == it % 2) usleep(60000);
         int64_t v = rank + it;
         auto t0 = std::chrono::steady_clock::now();
         if (chorusAllReduce(&v, &v, 1, chorusInt64, chorusSum, comm, nullptr) != chorusSuccess || v != 2 * it + 1) {
           say("@@FAILED small %d/%d: %s", phase, it, chorusGetLastError(comm));
           return 1;
         }
-        if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(90)) ++slow;
+        if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(100)) ++slow;
       } else {
         std::fill(big.begin(), big.end(), static_cast<float>(rank + 1));
         if (chorusAllReduce(big.data(), big.data(), big.size(), chorusFloat32, chorusSum, comm, nullptr) !=
@@ -130,7 +133,7 @@ TEST(Shm, FenceRequestsFollowHowOftenARankSleeps) {
   Procs p;
   for (int r = 0; r < n; ++r) {
     std::vector<std::string> env = rankEnv(r, n, port, secret);
-    env.insert(env.end(), {"CHORUS_DEBUG=DEBUG", "CHORUS_DEBUG_SUBSYS=NET", "CHORUS_SPIN_US=50"});
+    env.insert(env.end(), {"CHORUS_DEBUG=DEBUG", "CHORUS_DEBUG_SUBSYS=NET", "CHORUS_SPIN_US=20000"});
     p.spawn({selfExe(), "--worker=fences"}, env);
   }
   ASSERT_TRUE(p.waitAllExited(90)) << p.dump();
