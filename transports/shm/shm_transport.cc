@@ -130,9 +130,9 @@ struct Peer {
     return light;
   }
   bool light = false;
-  // The peer's `fences` request this rank last answered, and whether it asks for fences (Note [Fenced publishes]).
+  // The peer's `fences` request this rank last answered; odd: it asks for fences (Note [Fenced publishes]).
   uint64_t following = 0;
-  bool fenced = false;
+  bool fenced() const { return (following & 1) != 0; }
 };
 
 struct Arrived {
@@ -344,7 +344,7 @@ class ShmTransport final : public Transport {
   // (armWake's membarrier() runs a barrier on this CPU) and we only keep the compiler from reordering --
   // unless the peer sleeps so often that it asked us to fence after all (Note [Fenced publishes]).
   static void publish(Peer& p, std::atomic<uint64_t>& word, uint64_t value) {
-    if (p.lightWake() && !p.fenced) {
+    if (p.lightWake() && !p.fenced()) {
       word.store(value, std::memory_order_release);
       std::atomic_signal_fence(std::memory_order_seq_cst);
     } else {
@@ -396,7 +396,6 @@ class ShmTransport final : public Transport {
 
   static void follow(Peer& p, uint64_t want) {
     p.following = want;
-    p.fenced = (want & 1) != 0;
     // Every publish so far happens before a sleeper's acquire of the answer (a seq_cst store: a full barrier on
     // x86 besides; ThreadSanitizer cannot follow atomic_thread_fence).
     p.s()->following[p.side].v.store(want, std::memory_order_seq_cst);
