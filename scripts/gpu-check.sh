@@ -128,6 +128,9 @@ perf=("$b/scripts/chorusrun" -n 2 "$b/bench/all_reduce_perf" -G 1 -b 8 -e 256M -
 step check all_reduce_perf 45 "${perf[@]}"
 step check all_reduce_perf_ipc_copy 30 env CHORUS_DEVICE_IPC_REDUCE=0 CHORUS_ALGO=RING "${perf[@]}"
 step check all_reduce_perf_staged 30 env CHORUS_DEVICE_IPC=0 "${perf[@]}"
+# Device IPC's chunks (Note [Device IPC chunks]) against the host transports' 1 MiB, where they differ.
+step check all_reduce_perf_host_chunks 15 env CHORUS_CHUNK_BYTES=1M \
+  "$b/scripts/chorusrun" -n 2 "$b/bench/all_reduce_perf" -G 1 -b 64M -e 256M -f 4 -z 1
 if [ "$dry" -eq 0 ]; then
   python3 scripts/gpu_judge.py "$out" --ranks 2 | tee -a "$out/summary.txt"
   [ "${PIPESTATUS[0]}" -ne 4 ] || slow+=(figures)

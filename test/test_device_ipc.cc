@@ -16,6 +16,7 @@
 #include "test/fake_device.h"
 #include "test/ranks.h"
 #include "test/space_matrix.h"
+#include "transports/ipc/ipc_transport.h"
 
 namespace {
 
@@ -197,6 +198,39 @@ TEST(DeviceIpcErrors, MismatchedCallsAreNamedAndNobodyHangs) {
   EXPECT_NE(text[0].find("rank 1"), std::string::npos) << text[0];
   for (int r = 0; r < 2; ++r) EXPECT_LT(seconds[r], 5.0) << "rank " << r << ": " << text[r];
   EXPECT_EQ(pagesLeft(), 0);
+}
+
+// A call that reaches every peer device to device is cut in device IPC's chunks (Note [Device IPC chunks]), not in
+// the host transport's (1 MiB for shared memory): a ring AllReduce of 2 x 16 MiB segments over 2 ranks sends one
+// message per step, and the result still equals the host's.
+TEST(DeviceIpcChunks, ADeviceCallIsCutInDeviceIpcChunks) {
+  useDevice(0);
+  HostInaccessible inaccessible;
+  test::EnvGuard env;
+  env.set("CHORUS_ALGO", "ring");
+  constexpr size_t kCount = 2 * transport::ipc::kChunkBytes / sizeof(float);
+  long exports = 0;
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    DeviceBuf buf(dev(0), kCount * sizeof(float));
+    std::vector<float> v(kCount);
+    for (size_t i = 0; i < kCount; ++i) v[i] = static_cast<float>((i % 1000) * (r + 1));
+    std::vector<uint8_t> bytes(kCount * sizeof(float));
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    buf.upload(bytes);
+    check(chorusBarrier(comm, nullptr), comm, "barrier");
+    const long before = fake().ipcExports();
+    check(chorusAllReduce(buf.data(), buf.data(), kCount, chorusFloat32, chorusSum, comm, nullptr), comm,
+          "AllReduce");
+    check(chorusBarrier(comm, nullptr), comm, "barrier");  // both ranks' sends counted
+    if (r == 0) exports = fake().ipcExports() - before;
+    bytes = buf.download();
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(v[i], static_cast<float>((i % 1000) * 3)) << "element " << i;
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  // Two ranks, each sending one chunk in its reduce-scatter step and one in its all-gather step (a barrier of two
+  // ranks sends nothing over device IPC: it is host memory).
+  EXPECT_EQ(exports, 4) << "messages sent over device IPC for a 32 MiB ring AllReduce of 2 ranks";
 }
 
 // CHORUS_DEVICE_IPC=0: the same calls go through pinned host memory (test_memory_spaces' Staged cases).

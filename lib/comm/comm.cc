@@ -223,12 +223,18 @@ void Comm::offerDeviceRoute(RankInfo& mine) {
 }
 
 void Comm::connectDeviceRoutes(const std::vector<RankInfo>& ranks, Deadline deadline) {
-  if (deviceIpc_ == nullptr) return;
   auto offer = [&](int r) -> const std::vector<uint8_t>* {
     for (const TransportAddress& a : ranks[static_cast<size_t>(r)].addresses)
       if (a.transport == transport::ipc::kName) return &a.bytes;
     return nullptr;
   };
+  // The chunk of Note [Device IPC chunks], from what every rank published, so that all agree (one that offered none
+  // included).
+  bool everyPairDeviceToDevice = nranks() > 1 && offer(0) != nullptr;
+  for (int p = 1; p < nranks() && everyPairDeviceToDevice; ++p)
+    everyPairDeviceToDevice = offer(p) != nullptr && *offer(p) == *offer(0) && hostOf_[static_cast<size_t>(p)] == 0;
+  if (everyPairDeviceToDevice && config_.chunkBytes == 0) deviceChunks_ = {{0, transport::ipc::kChunkBytes}};
+  if (deviceIpc_ == nullptr) return;
   const std::vector<uint8_t>* mine = offer(rank());
   for (int p = 0; p < nranks(); ++p) {
     const std::vector<uint8_t>* theirs = offer(p);
@@ -243,7 +249,9 @@ void Comm::connectDeviceRoutes(const std::vector<RankInfo>& ranks, Deadline dead
   deviceIpc_->awaitPeers(deadline);  // a page's creator may not leave (and unlink it) before its peer has it
   if (std::any_of(deviceRoute_.begin(), deviceRoute_.end(), [](auto* t) { return t != nullptr; })) {
     inUse_.push_back(deviceIpc_.get());
-    CHORUS_INFO(kInit, "{}: device calls reach the peers of this host over {} IPC", name(), space_.name());
+    CHORUS_INFO(kInit, "{}: device calls reach the peers of this host over {} IPC{}", name(), space_.name(),
+                deviceChunks_.empty() ? std::string()
+                                      : fmt::format(", in chunks of {} bytes", deviceChunks_.front().chunkBytes));
   }
 }
 

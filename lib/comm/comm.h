@@ -48,7 +48,9 @@ class Comm : public algo::Context {
   bool reduceOnReceive() const { return reduceOnReceive_; }
   // Host index of every rank (equal host identity, numbered by first rank), for topology-aware algorithms.
   const std::vector<int>& hostOf() const final { return hostOf_; }
-  size_t chunkBytes(size_t bytes) const final { return chunkAt(chunks_, bytes); }
+  size_t chunkBytes(size_t bytes) const final {
+    return chunkAt(deviceCall_ && !deviceChunks_.empty() ? deviceChunks_ : chunks_, bytes);
+  }
   const ChunkSteps& chunkSteps() const { return chunks_; }
   // The link numbers of the slowest transport serving a pair of ranks that share a host (the same on every
   // rank); none when no two ranks share one.
@@ -186,6 +188,7 @@ class Comm : public algo::Context {
   bool deviceCall_ = false;  // the call the algorithms run now is on device memory
   std::vector<int> hostOf_;
   ChunkSteps chunks_;  // the pipeline chunk by buffer size (chooseChunk)
+  ChunkSteps deviceChunks_;  // device calls' where every peer is reached device to device, else empty
   bool reduceOnReceive_ = false;
   std::vector<uint8_t> fuses_;  // per peer: its link reduces while receiving (else irecvReduce need not ask)
   std::optional<transport::LinkTraits> localCost_;
