@@ -13,19 +13,6 @@
 
 using namespace chorus::test;
 
-namespace {
-
-bool matches(chorusDataType_t dt, const Want& w, uint64_t raw) {
-  switch (w.cmp) {
-    case Cmp::Bytes: return raw == w.raw;
-    case Cmp::Exact: return rawToDouble(dt, raw) == w.val;
-    case Cmp::Approx: return std::fabs(rawToDouble(dt, raw) - w.val) <= avgTolerance(dt) * std::fabs(w.val);
-  }
-  return false;
-}
-
-}  // namespace
-
 int main() {
   chorusComm_t comm = nullptr;
   if (chorusCommInitFromEnv(&comm) != chorusSuccess) {

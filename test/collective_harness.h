@@ -70,17 +70,9 @@ void expectElems(Report& rep, const std::string& who, chorusDataType_t dt, const
   for (size_t j = begin; j < end; ++j) {
     const uint64_t got = readRaw(base + j * es, es);
     const Want w = want(j);
-    bool ok;
-    switch (w.cmp) {
-      case Cmp::Bytes: ok = got == w.raw; break;
-      case Cmp::Exact: ok = rawToDouble(dt, got) == w.val; break;
-      case Cmp::Approx:
-      default: ok = std::fabs(rawToDouble(dt, got) - w.val) <= avgTolerance(dt) * std::fabs(w.val); break;
-    }
-    if (!ok) {
-      std::string exp = w.cmp == Cmp::Approx
-                            ? std::to_string(w.val) + " (within relative " + std::to_string(avgTolerance(dt)) + ")"
-                            : showRaw(dt, w.raw);
+    if (!matches(dt, w, got)) {
+      std::string exp = w.cmp == Cmp::Approx ? std::to_string(w.val) + " (within " + std::to_string(w.tol) + ")"
+                                             : showRaw(dt, w.raw);
       rep.add(who + ": " + what + "[" + std::to_string(j) + "] expected " + exp + ", actual " + showRaw(dt, got));
       return;
     }

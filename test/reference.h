@@ -76,7 +76,7 @@ inline bool isFloat(chorusDataType_t dt) {
 }
 bool isSigned(chorusDataType_t dt) { return dt == chorusInt8 || dt == chorusInt32 || dt == chorusInt64; }
 
-// Relative tolerance for Avg of floating types (see the top comment).
+// Relative tolerance for Avg of float32 and float64, which sum and then divide once (see the top comment).
 inline double avgTolerance(chorusDataType_t dt) {
   switch (dt) {
     case chorusFloat16: case chorusBfloat16: return 1e-2;
@@ -268,7 +268,24 @@ struct Want {
   uint64_t raw = 0;
   double val = 0;
   Cmp cmp = Cmp::Bytes;
+  double tol = 0;  // Approx: the largest |actual - val| allowed
 };
+
+// Whether got (raw) is what w says.
+inline bool matches(chorusDataType_t dt, const Want& w, uint64_t got) {
+  switch (w.cmp) {
+    case Cmp::Bytes: return got == w.raw;
+    case Cmp::Exact: return rawToDouble(dt, got) == w.val;
+    case Cmp::Approx: return std::fabs(rawToDouble(dt, got) - w.val) <= w.tol;
+  }
+  return false;
+}
+
+// Avg of float16 and bfloat16 pre-multiplies every input by 1/n rounded to the type, the product rounded once
+// (what NCCL does, and the library: Note [PreMulSum]), and then sums; the terms are modelled exactly here, and each
+// of the n - 1 additions, rounded to the type in whatever order the algorithm adds, is off by at most the type's
+// unit roundoff times the partial sum, itself at most the sum of the terms' magnitudes.
+inline double unitRoundoff(chorusDataType_t dt) { return dt == chorusFloat16 ? 0x1p-11 : 0x1p-8; }
 
 // Reference reduction over ranks 0..n-1 of get(q) (a raw element), computed in int64/uint64/double.
 template <class Get>
@@ -290,9 +307,21 @@ inline Want referenceReduce(chorusDataType_t dt, chorusRedOp_t op, int n, Get ge
         default: acc += v; break;  // sum, avg, premulsum
       }
     }
-    if (op == chorusAvg) {
+    if (op == chorusAvg && (dt == chorusFloat16 || dt == chorusBfloat16)) {
+      const double s = rawToDouble(dt, doubleToRaw(dt, static_cast<float>(1.0 / n)));
+      double sum = 0, magnitude = 0;
+      for (int q = 0; q < n; ++q) {
+        const double t = rawToDouble(dt, doubleToRaw(dt, term(q) * s));  // exact in double, rounded once
+        sum += t;
+        magnitude += std::fabs(t);
+      }
+      acc = sum;
+      w.cmp = Cmp::Approx;
+      w.tol = (n - 1) * unitRoundoff(dt) * magnitude;
+    } else if (op == chorusAvg) {
       acc /= n;
       w.cmp = Cmp::Approx;
+      w.tol = avgTolerance(dt) * std::fabs(acc);
     } else {
       w.cmp = Cmp::Exact;
     }

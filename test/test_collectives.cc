@@ -248,7 +248,9 @@ class Running {
       return [=, this](size_t j) {
         if (c_.reference) {
           double v = (*c_.reference)[j + off];
-          return Want{doubleToRaw(c_.dt, v), v, c_.op == chorusAvg && isFloat(c_.dt) ? Cmp::Approx : Cmp::Exact};
+          return c_.op == chorusAvg && isFloat(c_.dt)
+                     ? Want{doubleToRaw(c_.dt, v), v, Cmp::Approx, avgTolerance(c_.dt) * std::fabs(v)}
+                     : Want{doubleToRaw(c_.dt, v), v, Cmp::Exact};
         }
         return referenceReduce(c_.dt, c_.op, n_,
                                [&](int q) { return inputRaw(c_.dt, inOp_, c_.seed, q, j + off); });
@@ -570,6 +572,45 @@ TEST_P(QueuedMixed, AllKindsOnOneStreamThenOneSynchronize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, QueuedMixed, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+// ------------------------------------------------------------------------------------------------------------
+// Avg of float16 and bfloat16 pre-multiplies (Note [PreMulSum] in lib/comm/collectives.cc): an average the type
+// holds comes out even where the sum of the inputs does not fit (float16: 2 x 40000 > 65504; bfloat16: 2 x 2^127
+// > its largest, 2^128 - 2^120), through AllReduce, Reduce and ReduceScatter. Summing first gave inf.
+
+class AvgNearTheTop : public ::testing::TestWithParam<int> {};
+
+TEST_P(AvgNearTheTop, Float16AndBfloat16AveragesOfValuesWhoseSumOverflows) {
+  const int n = GetParam();
+  struct Type {
+    chorusDataType_t dt;
+    uint16_t big;  // the input of every rank, and the average
+  };
+  const Type types[] = {{chorusFloat16, floatToHalf(40000.0f)}, {chorusBfloat16, floatToBf16(0x1p127f)}};
+  auto errors = runRanks(n, [&](int r, chorusComm_t& comm) {
+    for (const Type& t : types) {
+      const size_t count = 1001;  // odd, and several per rank for ReduceScatter
+      std::vector<uint16_t> send(count * static_cast<size_t>(n), t.big), out(count * static_cast<size_t>(n), 0);
+      auto expectAll = [&](const char* what, const uint16_t* p, size_t m) {
+        for (size_t i = 0; i < m; ++i)
+          if (p[i] != t.big)
+            throw std::runtime_error(std::string(what) + " " + typeName(t.dt) + ": element " + std::to_string(i) +
+                                     " is " + showRaw(t.dt, p[i]) + ", not " + showRaw(t.dt, t.big));
+      };
+      check(chorusAllReduce(send.data(), out.data(), count, t.dt, chorusAvg, comm, nullptr), comm, "allreduce");
+      expectAll("AllReduce", out.data(), count);
+      check(chorusAllReduce(send.data(), send.data(), count, t.dt, chorusAvg, comm, nullptr), comm, "in place");
+      expectAll("AllReduce in place", send.data(), count);
+      check(chorusReduce(send.data(), out.data(), count, t.dt, chorusAvg, 0, comm, nullptr), comm, "reduce");
+      if (r == 0) expectAll("Reduce", out.data(), count);
+      check(chorusReduceScatter(send.data(), out.data(), count, t.dt, chorusAvg, comm, nullptr), comm, "scatter");
+      expectAll("ReduceScatter", out.data(), count);
+    }
+  });
+  EXPECT_TRUE(errors.empty()) << "nranks=" << n << ":" << joined(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AvgNearTheTop, ::testing::Values(1, 2, 4));
 
 // ------------------------------------------------------------------------------------------------------------
 // 16 Mi elements: float32 sum AllReduce at nranks 2, 4, 8 (the reference is computed once, on this thread), and

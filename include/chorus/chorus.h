@@ -46,8 +46,10 @@ typedef enum { chorusSuccess = 0, chorusUnhandledCudaError = 1, chorusSystemErro
                chorusTimeout = 8 } chorusResult_t;
 typedef enum { chorusInt8 = 0, chorusUint8 = 1, chorusInt32 = 2, chorusUint32 = 3, chorusInt64 = 4, chorusUint64 = 5,
                chorusFloat16 = 6, chorusFloat32 = 7, chorusFloat64 = 8, chorusBfloat16 = 9 } chorusDataType_t;
-/* Band/Bor/Bxor: bitwise, integer datatypes only (others get chorusInvalidArgument). chorusNumOps: the built-in ops
- * end here; ops made by chorusRedOpCreatePreMulSum take values from it upward. */
+/* Band/Bor/Bxor: bitwise, integer datatypes only (others get chorusInvalidArgument). Avg of float16 and bfloat16
+ * multiplies each input by 1/nranks (rounded to the type) before summing, as NCCL does, so that a sum beyond the
+ * type's range cannot overflow; other types sum, then divide. chorusNumOps: the built-in ops end here; ops made by
+ * chorusRedOpCreatePreMulSum take values from it upward. */
 typedef enum { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chorusAvg = 4, chorusBand = 5,
                chorusBor = 6, chorusBxor = 7, chorusNumOps = 8, chorusMaxRedOp = 0x7fffffff } chorusRedOp_t;
 

@@ -49,6 +49,8 @@ struct Check {
       if (kernels::isBitwise(o) && !kernels::isInteger(dt))
         bad(chorusInvalidArgument, "op={} ({}) takes integer datatypes only, but datatype={} ({})", v,
             kernels::redOpName(o), static_cast<int>(dt), kernels::dataTypeName(dt));
+      if (o == chorusAvg && (dt == chorusFloat16 || dt == chorusBfloat16))  // Note [PreMulSum]
+        return {.op = chorusAvg, .preMul = true, .scalar = kernels::avgScalar(dt, comm.nranks())};
       return {.op = o};
     }
     const std::optional<PreMulSumOp> made = comm.madeOps().find(o);

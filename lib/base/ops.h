@@ -99,7 +99,8 @@ struct CollArgs {
   // AllGatherV/ReduceScatterV the sum of the counts.
   size_t count = 0;
   chorusDataType_t dtype = chorusFloat32;
-  chorusRedOp_t op = chorusSum;  // a built-in op (a PreMulSum's is chorusSum, with preMul set)
+  chorusRedOp_t op = chorusSum;  // a built-in op (a PreMulSum's is chorusSum, with preMul set; so is Avg's of
+                                 // float16 and bfloat16, with chorusAvg)
   int root = -1;  // Broadcast/Reduce/Gather/Scatter root, or the peer of a Send/Recv
   bool isRecv = false;  // Send kind only: this side receives
   // PreMulSum (Note [PreMulSum] in lib/comm/collectives.cc): the input is first multiplied by this rank's

@@ -15,7 +15,7 @@ TaggedCall tagCall(Comm& comm, const CollArgs& a) {
   t.tag.kind = a.kind;
   t.tag.count = perRankCounts(a.kind) ? countsTag(a.layout.data(), a.layout.size()) : a.count;
   t.tag.dtype = static_cast<uint8_t>(a.dtype);
-  t.tag.redop = a.preMul ? kPreMulSumTag : static_cast<uint8_t>(a.op);
+  t.tag.redop = a.preMul && a.op != chorusAvg ? kPreMulSumTag : static_cast<uint8_t>(a.op);  // Note [PreMulSum]
   t.tag.root = a.root;
   if (a.kind == OpKind::Send) {
     t.tag.seq = a.isRecv ? comm.nextRecvSeq(a.root) : comm.nextSendSeq(a.root);
@@ -66,6 +66,10 @@ void allReduce(Comm& comm, const TaggedCall& c) {
 // multiply without a kernel of its own in the memory plugin's ABI: a device scratch filled with the scalar
 // (copied once from the host, then doubled by device copies) and a chorusProd reduce, the product rounded as
 // chorusProd rounds, as on the host.
+// Avg of float16 and bfloat16 runs the same way, as NCCL runs it: each input times 1/nranks rounded to the type
+// (kernels::avgScalar), the product taken in float and rounded once, then summed. Summing first and dividing at the
+// end, as for the other types, overflows float16 whenever the sum passes 65504 though the average does not. Its tag
+// keeps chorusAvg, so Avg against PreMulSum is still a mismatch; it costs a pass over the input into scratch.
 constexpr int kPreMulSlot = 3, kScalarSlot = 4;  // scratch slots no algorithm uses
 
 void multiplyInto(Comm& comm, uint8_t* dst, const CollArgs& a, size_t count) {
@@ -87,6 +91,7 @@ TaggedCall preMultiplied(Comm& comm, const TaggedCall& c) {
   TaggedCall m = c;
   m.args.sendbuff = in;
   m.args.preMul = false;
+  m.args.op = chorusSum;  // Avg's divide is in the scalar
   return m;
 }
 

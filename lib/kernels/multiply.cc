@@ -25,4 +25,16 @@ void multiply(void* dst, const void* src, size_t count, chorusDataType_t dt, con
   });
 }
 
+uint64_t avgScalar(chorusDataType_t dt, int nranks) {
+  auto bits = [&](auto e) {
+    const auto s = decltype(e)::store(static_cast<float>(1.0 / nranks));
+    uint64_t out = 0;
+    std::memcpy(&out, &s, sizeof s);
+    return out;
+  };
+  if (dt == chorusFloat16) return bits(elem::Elem<chorusFloat16>{});
+  if (dt == chorusBfloat16) return bits(elem::Elem<chorusBfloat16>{});
+  return 0;
+}
+
 }  // namespace chorus::kernels

@@ -4,6 +4,7 @@
 #include "chorus/chorus.h"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace chorus::kernels {
 
@@ -29,7 +30,8 @@ inline bool opApplies(chorusRedOp_t op, chorusDataType_t dt) {
 }
 
 // dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (same pointer); any alignment.
-// chorusAvg reduces like chorusSum (the caller divides at the end with scaleDivide).
+// chorusAvg reduces like chorusSum (the caller divides at the end with scaleDivide, or, for float16 and bfloat16,
+// pre-multiplied the inputs by avgScalar).
 // Integers wrap; float16/bfloat16 compute in float32 and round to nearest even when storing.
 // Max/min of floats: (a > b ? a : b) / (a < b ? a : b). Band/bor/bxor: on the bits, integers only. An invalid
 // dt/op, or one that does not apply (opApplies): no-op (callers validate first).
@@ -42,6 +44,10 @@ void scaleDivide(void* buf, size_t count, chorusDataType_t dt, int divisor);
 // dst[i] = src[i] * scalar (PreMulSum's first step; scalar: one element of dt), rounded as reduce's chorusProd:
 // integers wrap, float16/bfloat16 compute in float32. dst may be src; any alignment. Invalid dt: no-op.
 void multiply(void* dst, const void* src, size_t count, chorusDataType_t dt, const void* scalar);
+
+// The bytes of float(1.0 / nranks) rounded to dt (float16 or bfloat16), in the low bytes: the scalar that Avg of
+// those types pre-multiplies by (Note [PreMulSum], lib/comm/collectives.cc). 0 for other types.
+uint64_t avgScalar(chorusDataType_t dt, int nranks);
 
 // dst[i] = src[i] / divisor, converted between floating-point types (float16, bfloat16, float32, float64;
 // computed in double, rounded to nearest even when narrowing). dst and src must not overlap. False (nothing
