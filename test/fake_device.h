@@ -20,8 +20,10 @@ using test::Coll;
 
 // The fake devices' plugin, loaded as any device runtime is: through the plugin host, which registers it.
 struct FakePlugin {
-  const chorusMemoryPlugin_v3_t* table = nullptr;
+  const chorusMemoryPlugin_v4_t* table = nullptr;
   void (*setCurrent)(int) = nullptr;
+  void (*setThreadCurrent)(int) = nullptr;  // the calling thread's own current device (-1: the shared one)
+  void (*setPeerAccess)(int) = nullptr;     // 0: devices 0 and 1 cannot reach each other's memory
   void (*failAllocations)(int) = nullptr;
   void (*setHostAccessible)(int) = nullptr;  // 0: per-block keys for what is allocated next (see fakedev.cc)
   long (*reduces)() = nullptr;
@@ -59,8 +61,10 @@ inline const FakePlugin& fake() {
     FakePlugin p;
     void* h = dlopen((dir + "/libchorus-fakedev.so").c_str(), RTLD_NOW | RTLD_NOLOAD);
     if (h == nullptr) return p;
-    p.table = static_cast<const chorusMemoryPlugin_v3_t*>(dlsym(h, CHORUS_MEMORY_PLUGIN_SYMBOL));
+    p.table = static_cast<const chorusMemoryPlugin_v4_t*>(dlsym(h, CHORUS_MEMORY_PLUGIN_SYMBOL));
     p.setCurrent = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetCurrent"));
+    p.setThreadCurrent = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetThreadCurrent"));
+    p.setPeerAccess = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetPeerAccess"));
     p.failAllocations = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevFailAllocations"));
     p.setHostAccessible = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetHostAccessible"));
     p.reduces = reinterpret_cast<long (*)()>(dlsym(h, "fakedevReduces"));

@@ -233,6 +233,52 @@ TEST(DeviceIpcChunks, ADeviceCallIsCutInDeviceIpcChunks) {
   EXPECT_EQ(exports, 4) << "messages sent over device IPC for a 32 MiB ring AllReduce of 2 ranks";
 }
 
+// Note [Peer access] in lib/comm/comm.cc: ranks on two devices go device to device where the devices reach each
+// other, and stage through host memory where they do not (before, they mapped each other's memory regardless); the
+// results equal the host's either way.
+class DevicePeers : public ::testing::TestWithParam<int> {};
+
+TEST_P(DevicePeers, RanksOnTwoDevicesGoDeviceToDeviceOnlyWhereTheDevicesReachEachOther) {
+  const bool reach = GetParam() != 0;
+  useDevice(0);
+  HostInaccessible inaccessible;
+  fake().setPeerAccess(reach ? 1 : 0);
+  constexpr size_t kCount = 4099;
+  long exports = 0, copies = 0;
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    fake().setThreadCurrent(r);  // the split's communicator is made on device r
+    chorusComm_t onDevice = nullptr;
+    check(chorusCommSplit(comm, 0, r, &onDevice, nullptr), comm, "chorusCommSplit on device " + std::to_string(r));
+    fake().setThreadCurrent(-1);
+    DeviceBuf buf(dev(r), kCount * sizeof(float));
+    std::vector<float> v(kCount);
+    for (size_t i = 0; i < kCount; ++i) v[i] = static_cast<float>((i % 100) * (r + 1));
+    std::vector<uint8_t> bytes(kCount * sizeof(float));
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    buf.upload(bytes);
+    check(chorusBarrier(comm, nullptr), comm, "barrier");
+    const long exportsBefore = fake().ipcExports(), copiesBefore = fake().copiesStarted();
+    check(chorusAllReduce(buf.data(), buf.data(), kCount, chorusFloat32, chorusSum, onDevice, nullptr), onDevice,
+          "AllReduce across the two devices");
+    check(chorusBarrier(comm, nullptr), comm, "barrier");  // both ranks' work counted
+    if (r == 0) exports = fake().ipcExports() - exportsBefore, copies = fake().copiesStarted() - copiesBefore;
+    bytes = buf.download();
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(v[i], static_cast<float>((i % 100) * 3)) << "element " << i;
+    check(chorusCommDestroy(onDevice), comm, "chorusCommDestroy");
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  fake().setPeerAccess(1);
+  if (reach) {
+    EXPECT_GT(exports, 0) << "devices that reach each other did not go device to device";
+  } else {
+    EXPECT_EQ(exports, 0) << "devices that cannot reach each other mapped each other's memory";
+    EXPECT_GT(copies, 0) << "nothing was staged through host memory";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Reach, DevicePeers, ::testing::Values(0, 1));
+
 // CHORUS_DEVICE_IPC=0: the same calls go through pinned host memory (test_memory_spaces' Staged cases).
 TEST(DeviceIpcSwitch, OffStagesThroughHostMemory) {
   useDevice(0);

@@ -574,9 +574,9 @@ TEST(MemoryPlugins, ChorusInfoListsDeviceRuntimesAndRefusesOtherVersions) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("memory: host (built in)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("fake from " + dir + "/libchorus-fakedev.so: registered"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("libchorus-memfuture.so is a memory plugin of version 4; this libchorus speaks version 3"),
+  EXPECT_NE(r.output.find("libchorus-memfuture.so is a memory plugin of version 5; this libchorus speaks version 4"),
             std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("libchorus-memshort.so: its chorusMemoryPlugin_v3 is 16 bytes, this libchorus's is"),
+  EXPECT_NE(r.output.find("libchorus-memshort.so: its chorusMemoryPlugin_v4 is 16 bytes, this libchorus's is"),
             std::string::npos) << r.output;
 }
 

@@ -190,7 +190,7 @@ TEST(Plugins, ForeignAndStaleFilesAreRefused) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("libchorus-junk.so could not be loaded"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("libchorus-noplugin.so is not a Chorus transport plugin (it exports no "
-                          "chorusTransportPlugin_v4) nor a memory plugin (no chorusMemoryPlugin_v3)"),
+                          "chorusTransportPlugin_v4) nor a memory plugin (no chorusMemoryPlugin_v4)"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("libchorus-future.so is a plugin of version 5; this libchorus speaks version 4"),
             std::string::npos) << r.output;

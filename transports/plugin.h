@@ -131,9 +131,10 @@ typedef const char* (*chorusPluginDescribe_v1_t)(void);
  * algorithms do on them. It has its own version, bumped on any change to this table. Every function returns a
  * chorusResult_t (chorusUnhandledCudaError for an error of the device's runtime) and on failure lastError(), of
  * the calling thread, says why. Data functions run after the calls before them and have finished when they
- * return. Devices are named NAME:ORDINAL. Version 2 added the device streams and staging; version 3 IPC. */
-#define CHORUS_MEMORY_PLUGIN_VERSION 3
-#define CHORUS_MEMORY_PLUGIN_SYMBOL "chorusMemoryPlugin_v3"
+ * return. Devices are named NAME:ORDINAL. Version 2 added the device streams and staging; version 3 IPC; version 4
+ * peer access. */
+#define CHORUS_MEMORY_PLUGIN_VERSION 4
+#define CHORUS_MEMORY_PLUGIN_SYMBOL "chorusMemoryPlugin_v4"
 #define CHORUS_IPC_HANDLE_BYTES 128
 
 typedef struct {
@@ -189,7 +190,15 @@ typedef struct {
   int (*ipcClose)(int device, const uint8_t* handle, void* base);
   int (*reduceStart)(int device, void* dst, const void* a, const void* b, size_t count, int dtype, int op,
                      uint64_t* ticket);
-} chorusMemoryPlugin_v3_t;
+  /* Peer access between the devices of one host (Note [Peer access] in lib/comm/comm.cc; all NULL: every pair of
+   * devices is taken to map each other's memory). deviceCount: the devices this process sees (ordinals 0..n-1).
+   * deviceId: a name of the device that every process of the host gives it alike, whichever devices it sees (CUDA:
+   * the PCI bus id), NUL-terminated in at most len bytes. peerAccess: *yes = 1 when device can map and copy the
+   * memory of device other directly (cudaDeviceCanAccessPeer), 0 when it cannot. Version 4. */
+  int (*deviceCount)(int* n);
+  int (*deviceId)(int device, char* id, size_t len);
+  int (*peerAccess)(int device, int other, int* yes);
+} chorusMemoryPlugin_v4_t;
 
 #ifdef __cplusplus
 }

@@ -257,7 +257,7 @@ bool loadOne(const std::string& path, std::optional<Descriptor>* out, std::strin
     return false;
   }
   auto* table = static_cast<const chorusTransportPlugin_v4_t*>(dlsym(h, CHORUS_TRANSPORT_PLUGIN_SYMBOL));
-  auto* memory = static_cast<const chorusMemoryPlugin_v3_t*>(dlsym(h, CHORUS_MEMORY_PLUGIN_SYMBOL));
+  auto* memory = static_cast<const chorusMemoryPlugin_v4_t*>(dlsym(h, CHORUS_MEMORY_PLUGIN_SYMBOL));
   if (table == nullptr && memory == nullptr) {
     const std::string t = versionsIn(h, "chorusTransportPlugin", CHORUS_TRANSPORT_PLUGIN_VERSION);
     const std::string m = versionsIn(h, "chorusMemoryPlugin", CHORUS_MEMORY_PLUGIN_VERSION);

@@ -25,7 +25,7 @@ static_assert(mem::kIpcHandleBytes == CHORUS_IPC_HANDLE_BYTES);
 namespace {
 
 // Throws the plugin's failure rc as chorus::Error: "WHO: WHAT failed: the plugin's lastError()".
-void throwOnFailure(const chorusMemoryPlugin_v3_t* t, int rc, std::string_view who, std::string_view what) {
+void throwOnFailure(const chorusMemoryPlugin_v4_t* t, int rc, std::string_view who, std::string_view what) {
   if (rc == 0) return;
   const char* why = t->lastError != nullptr ? t->lastError() : nullptr;
   throw Error(static_cast<chorusResult_t>(rc), fmt::format("{}: {} failed: {}", who, what, why ? why : "?"));
@@ -43,7 +43,7 @@ void throwOnFailure(const chorusMemoryPlugin_v3_t* t, int rc, std::string_view w
 // starts beside it. The lists are per device: a runtime's frees wait for their own device only.
 class PluginDevice final : public mem::Device {
  public:
-  PluginDevice(const chorusMemoryPlugin_v3_t* t, int ordinal)
+  PluginDevice(const chorusMemoryPlugin_v4_t* t, int ordinal)
       : t_(t), ordinal_(ordinal), name_(fmt::format("{}:{}", t->name, ordinal)) {}
   const char* name() const override { return name_.c_str(); }
   int ordinal() const { return ordinal_; }
@@ -123,6 +123,29 @@ class PluginDevice final : public mem::Device {
     return ticket;
   }
 
+  std::string hostWideId() override {
+    if (t_->deviceId == nullptr) return {};
+    std::array<char, 64> id{};
+    check(t_->deviceId(ordinal_, id.data(), id.size()), "naming the device");
+    return std::string(id.data(), strnlen(id.data(), id.size()));
+  }
+  std::vector<std::string> unreachablePeers() override {
+    std::vector<std::string> out;
+    if (t_->deviceCount == nullptr || t_->deviceId == nullptr || t_->peerAccess == nullptr) return out;
+    int n = 0;
+    check(t_->deviceCount(&n), "counting the devices");
+    for (int other = 0; other < n; ++other) {
+      int yes = 1;
+      if (other == ordinal_) continue;
+      check(t_->peerAccess(ordinal_, other, &yes), fmt::format("asking for peer access to device {}", other));
+      if (yes != 0) continue;
+      std::array<char, 64> id{};
+      check(t_->deviceId(other, id.data(), id.size()), fmt::format("naming device {}", other));
+      out.emplace_back(id.data(), strnlen(id.data(), id.size()));
+    }
+    return out;
+  }
+
   // Queues a fence with `queue` (Note [Frees wait for quiet]); `queue` throws when it queued none.
   template <class F>
   uint64_t fenced(F&& queue) {
@@ -148,7 +171,7 @@ class PluginDevice final : public mem::Device {
     if (fencesHeld_ == 0) free();
     else waitingFrees_.push_back(std::move(free));
   }
-  const chorusMemoryPlugin_v3_t* t_;
+  const chorusMemoryPlugin_v4_t* t_;
   int ordinal_;
   std::string name_;
   std::mutex quietMu_;
@@ -158,7 +181,7 @@ class PluginDevice final : public mem::Device {
 
 class PluginStream final : public mem::DeviceStream {
  public:
-  PluginStream(const chorusMemoryPlugin_v3_t* t, PluginDevice* device, void* stream)
+  PluginStream(const chorusMemoryPlugin_v4_t* t, PluginDevice* device, void* stream)
       : t_(t), device_(device), stream_(stream) {}
   ~PluginStream() override {
     t_->streamClose(stream_);  // releases every fence
@@ -188,7 +211,7 @@ class PluginStream final : public mem::DeviceStream {
 
  private:
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, device_->name(), what); }
-  const chorusMemoryPlugin_v3_t* t_;
+  const chorusMemoryPlugin_v4_t* t_;
   PluginDevice* device_;
   void* stream_;
   std::atomic<int> held_{0};  // fences queued and not released
@@ -196,7 +219,7 @@ class PluginStream final : public mem::DeviceStream {
 
 class PluginRuntime final : public mem::Runtime {
  public:
-  PluginRuntime(const chorusMemoryPlugin_v3_t* t, std::string origin) : t_(t), origin_(std::move(origin)) {}
+  PluginRuntime(const chorusMemoryPlugin_v4_t* t, std::string origin) : t_(t), origin_(std::move(origin)) {}
   mem::Device* deviceOf(const void* p) override {
     int d = -1;
     check(t_->classify(p, &d), fmt::format("asking which memory {} is", p));
@@ -237,7 +260,7 @@ class PluginRuntime final : public mem::Runtime {
     return &devices_.emplace_back(t_, ordinal);
   }
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, t_->name, what); }
-  const chorusMemoryPlugin_v3_t* t_;
+  const chorusMemoryPlugin_v4_t* t_;
   std::string origin_;
   std::mutex mu_;
   std::deque<PluginDevice> devices_;
@@ -326,7 +349,7 @@ class DriverProbe final : public mem::Runtime {
 
 }  // namespace
 
-std::string registerMemoryPlugin(const chorusMemoryPlugin_v3_t* table, const std::string& file) {
+std::string registerMemoryPlugin(const chorusMemoryPlugin_v4_t* table, const std::string& file) {
   const char* unavailable = table->unavailable != nullptr ? table->unavailable() : nullptr;
   std::lock_guard<std::mutex> g(gMu);
   std::string why;

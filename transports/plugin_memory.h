@@ -12,7 +12,7 @@ namespace chorus::transport {
 
 // Makes table the process's device runtime; "" when it is, else why not (one is registered already, or the
 // runtime says it cannot run here). The table stays valid for the process's life.
-std::string registerMemoryPlugin(const chorusMemoryPlugin_v3_t* table, const std::string& file);
+std::string registerMemoryPlugin(const chorusMemoryPlugin_v4_t* table, const std::string& file);
 
 // Every memory plugin seen and what became of it ("cuda from /path/libchorus-cuda_ipc.so: registered", or
 // "...: not available: CUDA driver version is insufficient for CUDA runtime version"), for chorus_info.

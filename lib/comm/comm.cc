@@ -9,6 +9,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "algorithms/tree_shape.h"
@@ -212,35 +213,80 @@ void Comm::connectPeers(const std::vector<RankInfo>& ranks, Deadline deadline) {
 // Note [Device routes]:
 // A call on device memory reaches a peer of the same host device to device where both ranks offer device IPC
 // (transports/ipc/ipc_transport.h: their communicators are on devices of one runtime that has IPC, and
-// CHORUS_DEVICE_IPC is not 0); the pair's host transport still carries its host calls and its failures. Every
-// rank computes every pair's answer from what all published, so both ends of a pair agree. Elsewhere device memory
-// goes through host memory (Note [Staging device memory]) where the CPU may not touch it.
+// CHORUS_DEVICE_IPC is not 0) and their devices reach each other (Note [Peer access]); the pair's host transport
+// still carries its host calls and its failures. Every rank computes every pair's answer from what all published,
+// so both ends of a pair agree. Elsewhere device memory goes through host memory (Note [Staging device memory])
+// where the CPU may not touch it.
+//
+// Note [Peer access]:
+// Ranks on two GPUs of one host can go device to device only where each GPU can map and copy the other's memory
+// (CUDA: cudaDeviceCanAccessPeer; GPUs behind different PCIe root complexes, or in a VM with P2P off, cannot, and
+// CUDA IPC between them fails or crawls through host memory). So each rank publishes with its offer its device's
+// host-wide name (the PCI bus id) and the names of the devices it sees that its device cannot reach; a pair goes
+// device to device unless one end names the other so, and stages through host memory otherwise. A device a rank
+// does not see (one GPU per process by CUDA_VISIBLE_DEVICES) is named by no one: the pair is taken to map, as
+// today's drivers allow between processes, and a driver's refusal is the error. Between threads of one process on
+// two GPUs the CUDA plugin enables peer access where it maps.
+namespace {
+
+struct DeviceOffer {
+  std::string runtime, device;          // the runtime's name; the device's host-wide name ("" when none)
+  std::vector<std::string> unreachable;  // devices this rank sees that its device cannot reach
+
+  // One field per line: the runtime, the device, then each unreachable device.
+  std::vector<uint8_t> encode() const {
+    std::string text = runtime + "\n" + device;
+    for (const std::string& u : unreachable) text += "\n" + u;
+    return {text.begin(), text.end()};
+  }
+  static DeviceOffer decode(const std::vector<uint8_t>& bytes) {
+    std::vector<std::string> lines{{}};
+    for (uint8_t b : bytes) {
+      if (b == '\n') lines.emplace_back();
+      else lines.back() += static_cast<char>(b);
+    }
+    return {.runtime = lines[0],
+            .device = lines.size() > 1 ? lines[1] : std::string(),
+            .unreachable = {lines.begin() + static_cast<ptrdiff_t>(std::min<size_t>(lines.size(), 2)), lines.end()}};
+  }
+  // Symmetric, so both ends of a pair agree.
+  bool reaches(const DeviceOffer& o) const {
+    auto names = [](const std::vector<std::string>& list, const std::string& d) {
+      return !d.empty() && std::find(list.begin(), list.end(), d) != list.end();
+    };
+    return runtime == o.runtime && !names(unreachable, o.device) && !names(o.unreachable, device);
+  }
+};
+
+}  // namespace
+
 void Comm::offerDeviceRoute(RankInfo& mine) {
   if (space_.isHost() || !config_.deviceIpc || !space_.device()->hasIpc() || nranks() == 1) return;
   deviceIpc_ = transport::ipc::create(setup_, space_.device(), config_.deviceIpcReduce);
-  const std::string runtime = mem::runtime()->name();  // both ends must be of one runtime
-  mine.addresses.push_back({transport::ipc::kName, std::vector<uint8_t>(runtime.begin(), runtime.end())});
+  const DeviceOffer offer{.runtime = mem::runtime()->name(),  // both ends must be of one runtime
+                          .device = space_.device()->hostWideId(),
+                          .unreachable = space_.device()->unreachablePeers()};
+  mine.addresses.push_back({transport::ipc::kName, offer.encode()});
 }
 
 void Comm::connectDeviceRoutes(const std::vector<RankInfo>& ranks, Deadline deadline) {
-  auto offer = [&](int r) -> const std::vector<uint8_t>* {
+  std::vector<std::optional<DeviceOffer>> offers(static_cast<size_t>(nranks()));
+  for (int r = 0; r < nranks(); ++r)
     for (const TransportAddress& a : ranks[static_cast<size_t>(r)].addresses)
-      if (a.transport == transport::ipc::kName) return &a.bytes;
-    return nullptr;
+      if (a.transport == transport::ipc::kName) offers[static_cast<size_t>(r)] = DeviceOffer::decode(a.bytes);
+  auto deviceToDevice = [&](int p, int q) {
+    const auto &a = offers[static_cast<size_t>(p)], &b = offers[static_cast<size_t>(q)];
+    return a && b && hostOf_[static_cast<size_t>(p)] == hostOf_[static_cast<size_t>(q)] && a->reaches(*b);
   };
   // The chunk of Note [Device IPC chunks], from what every rank published, so that all agree (one that offered none
   // included).
-  bool everyPairDeviceToDevice = nranks() > 1 && offer(0) != nullptr;
-  for (int p = 1; p < nranks() && everyPairDeviceToDevice; ++p)
-    everyPairDeviceToDevice = offer(p) != nullptr && *offer(p) == *offer(0) && hostOf_[static_cast<size_t>(p)] == 0;
+  bool everyPairDeviceToDevice = nranks() > 1;
+  for (int p = 0; p < nranks() && everyPairDeviceToDevice; ++p)
+    for (int q = p + 1; q < nranks() && everyPairDeviceToDevice; ++q) everyPairDeviceToDevice = deviceToDevice(p, q);
   if (everyPairDeviceToDevice && config_.chunkBytes == 0) deviceChunks_ = {{0, transport::ipc::kChunkBytes}};
   if (deviceIpc_ == nullptr) return;
-  const std::vector<uint8_t>* mine = offer(rank());
-  for (int p = 0; p < nranks(); ++p) {
-    const std::vector<uint8_t>* theirs = offer(p);
-    if (p != rank() && theirs != nullptr && *theirs == *mine && hostOf_[static_cast<size_t>(p)] == hostOf_[rank()])
-      deviceRoute_[p] = deviceIpc_.get();
-  }
+  for (int p = 0; p < nranks(); ++p)
+    if (p != rank() && deviceToDevice(rank(), p)) deviceRoute_[p] = deviceIpc_.get();
   // Creating a pair's page never waits, so every rank creates its higher peers' before it opens its lower ones'.
   for (int p = rank() + 1; p < nranks(); ++p)
     if (deviceRoute_[p] != nullptr) deviceIpc_->connect(p, {}, deadline);

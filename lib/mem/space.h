@@ -18,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "chorus/chorus.h"
 #include "lib/kernels/copy.h"
@@ -64,6 +65,11 @@ class Device {
   virtual bool hasReduceStart() const = 0;
   virtual uint64_t reduceStart(void* dst, const void* a, const void* b, size_t count, chorusDataType_t dt,
                                chorusRedOp_t op) = 0;
+  // Peer access (Note [Peer access] in lib/comm/comm.cc): a name of this device that every process of the host gives
+  // it alike ("" when the runtime has none), and the names of the devices this process sees whose memory this one
+  // cannot map and copy directly. Throw chorus::Error.
+  virtual std::string hostWideId() { return {}; }
+  virtual std::vector<std::string> unreachablePeers() { return {}; }
   // Why this process cannot use this memory at all (its runtime's plugin is missing or cannot run), with the code
   // to refuse it with; nullptr when it can.
   virtual const char* unusable(chorusResult_t* /*code*/) const { return nullptr; }

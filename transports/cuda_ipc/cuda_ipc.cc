@@ -98,10 +98,26 @@ int ipcExport(int device, const void* p, uint8_t* out, size_t* offset) {
   return 0;
 }
 
+// Between threads of one process on two GPUs, the start itself is the mapping, and the copy engine and kernels
+// reach it once peer access is on (CUDA enables it per direction, for the whole context, once).
+int enablePeerAccess(int device, int other) {
+  if (other == device) return 0;
+  OnDevice on(device);
+  cudaError_t e = on.error();
+  if (e == cudaSuccess) e = cudaDeviceEnablePeerAccess(other, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();  // handled here: not the application's error to find later
+    return 0;
+  }
+  if (e != cudaSuccess) cudaGetLastError();
+  return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaDeviceEnablePeerAccess to cuda:{}", device, other));
+}
+
 int ipcOpen(int device, const uint8_t* handle, void** base) {
   Blob b;
   std::memcpy(&b, handle, sizeof b);
   if (b.pid == getpid()) {
+    if (const int rc = enablePeerAccess(device, b.device); rc != 0) return rc;
     *base = reinterpret_cast<void*>(b.start);
     return 0;
   }
@@ -136,6 +152,21 @@ int ipcClose(int device, const uint8_t* handle, void*) {
   const cudaError_t e = cudaIpcCloseMemHandle(it->second.base);
   gMapped->erase(it);
   return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaIpcCloseMemHandle", device));
+}
+
+int deviceCount(int* n) {
+  const cudaError_t e = cudaGetDeviceCount(n);
+  return e == cudaSuccess ? 0 : failed(e, "cudaGetDeviceCount");
+}
+
+int deviceId(int device, char* id, size_t len) {
+  const cudaError_t e = cudaDeviceGetPCIBusId(id, static_cast<int>(len), device);
+  return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaDeviceGetPCIBusId", device));
+}
+
+int peerAccess(int device, int other, int* yes) {
+  const cudaError_t e = cudaDeviceCanAccessPeer(yes, device, other);
+  return e == cudaSuccess ? 0 : failed(e, fmt::format("cuda:{}: cudaDeviceCanAccessPeer to cuda:{}", device, other));
 }
 
 }  // namespace chorus::transport::cuda

@@ -210,12 +210,39 @@ int release(int device, void* p) {
 
 }  // namespace
 
-const chorusMemoryPlugin_v3_t* memoryTable() {
-  static const chorusMemoryPlugin_v3_t t = {
-      CHORUS_MEMORY_PLUGIN_VERSION, "cuda", unavailable, lastError, classify, currentDevice,
-      [](int) { return 0; }, copy, reduce, reduceN, scaleDivide, allocate, release, streamOpen, streamFence,
-      streamReached, streamRelease, streamSynchronize, streamClose, hostAllocate, hostRelease, copyStart, copyDone,
-      ipcExport, ipcOpen, ipcClose, reduceStart};
+const chorusMemoryPlugin_v4_t* memoryTable() {
+  static const chorusMemoryPlugin_v4_t t = {
+      .version = CHORUS_MEMORY_PLUGIN_VERSION,
+      .name = "cuda",
+      .unavailable = unavailable,
+      .lastError = lastError,
+      .classify = classify,
+      .currentDevice = currentDevice,
+      .hostAccessible = [](int) { return 0; },
+      .copy = copy,
+      .reduce = reduce,
+      .reduceN = reduceN,
+      .scaleDivide = scaleDivide,
+      .allocate = allocate,
+      .release = release,
+      .streamOpen = streamOpen,
+      .streamFence = streamFence,
+      .streamReached = streamReached,
+      .streamRelease = streamRelease,
+      .streamSynchronize = streamSynchronize,
+      .streamClose = streamClose,
+      .hostAllocate = hostAllocate,
+      .hostRelease = hostRelease,
+      .copyStart = copyStart,
+      .copyDone = copyDone,
+      .ipcExport = ipcExport,
+      .ipcOpen = ipcOpen,
+      .ipcClose = ipcClose,
+      .reduceStart = reduceStart,
+      .deviceCount = deviceCount,
+      .deviceId = deviceId,
+      .peerAccess = peerAccess,
+  };
   return &t;
 }
 

@@ -1,4 +1,4 @@
-// The CUDA runtime's device streams for the memory table (chorusMemoryPlugin_v3_t's stream functions).
+// The CUDA runtime's device streams for the memory table (chorusMemoryPlugin_v4_t's stream functions).
 #pragma once
 
 #include <cstdint>

@@ -3,8 +3,8 @@
 #include "transports/plugin.h"
 
 namespace chorus::transport::cuda {
-const chorusMemoryPlugin_v3_t* memoryTable();
+const chorusMemoryPlugin_v4_t* memoryTable();
 }
 
-extern "C" __attribute__((visibility("default"))) const chorusMemoryPlugin_v3_t chorusMemoryPlugin_v3 =
+extern "C" __attribute__((visibility("default"))) const chorusMemoryPlugin_v4_t chorusMemoryPlugin_v4 =
     *chorus::transport::cuda::memoryTable();
