@@ -62,15 +62,19 @@ if [ ${#noleak_suites[@]} -gt 0 ]; then
   ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C build-asan --print-errorlogs --num-processes 1 --logbase asan-noleak "${noleak_suites[@]}" || status=1
 fi
+# TSan's runtime died in the longest suites with no report ("ThreadSanitizer failed to allocate 0x1e... bytes at
+# address 1000000...", ENOMEM), and memory_spaces' 5-rank AllReduce case segfaulted every time run alone (2026-12-07):
+# gdb put it in UCX's memory hooks (libucm's madvise hook, entered from glibc freeing an exiting thread's stack, takes
+# a lock TSan has already torn down for that thread). The UCX plugin is loaded in every suite, so TSan runs with
+# UCX's memory events off (UCX_MEM_EVENTS=no); with it, that case and both suites passed. Those suites still run in
+# invocations of their own: one that fails that way is tried again, up to three times, and if TSan itself fails every
+# time it counts as skipped, with that reason; a race report, or any other failure, fails. device_ipc runs its 2-rank
+# cases here (its 3- and 4-rank ones run in the other builds).
+export UCX_MEM_EVENTS=no
 build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dmicrobench=disabled -Dtorch=disabled \
   || { echo "tsan build failed"; exit 1; }
 TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --print-errorlogs --num-processes 1 smoke errors exit runtime_errors gather_scatter comm_split tagged tagged-tcp streams liveness flight \
   shm tree ddp ddp_train smoke-tcp transports $(ucx_suites build-tsan smoke errors runtime_errors ddp) || status=1
-# In CI (not reproduced elsewhere) TSan's runtime has died in the longest suites remapping shadow memory ("ThreadSanitizer
-# failed to allocate 0x1e... bytes at address 1000000...", ENOMEM) with no report, twice in device_ipc and once in
-# memory_spaces. Those suites run in invocations of their own: one that fails that way is tried again, up to three
-# times, and if TSan itself fails every time it counts as skipped, with that reason; a race report, or any other
-# failure, fails. device_ipc runs its 2-rank cases here (its 3- and 4-rank ones run in the other builds).
 tsan_skips=() tsan_logs=()
 tsan_retried() {  # LOGBASE SUITE [meson test arguments...]
   local base=$1 suite=$2 outcome=failed try
@@ -92,7 +96,8 @@ tsan_retried() {  # LOGBASE SUITE [meson test arguments...]
   esac
 }
 tsan_retried tsan-spaces memory_spaces
-tsan_retried tsan-ipc device_ipc --test-args='--gtest_filter=*/0:DeviceIpcLimits.*:DeviceIpcErrors.*:DeviceIpcSwitch.*'
+tsan_retried tsan-ipc device_ipc \
+  --test-args='--gtest_filter=*/0:DeviceIpcLimits.*:DeviceIpcErrors.*:DeviceIpcSwitch.*:DeviceIpcChunks.*:Reach/*'
 
 # Every parser of outside bytes: its libFuzzer target replays its corpus (clang build; scripts/fuzz.sh fuzzes).
 if scripts/fuzz.sh build; then
