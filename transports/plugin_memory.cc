@@ -123,25 +123,17 @@ class PluginDevice final : public mem::Device {
     return ticket;
   }
 
-  std::string hostWideId() override {
-    if (t_->deviceId == nullptr) return {};
-    std::array<char, 64> id{};
-    check(t_->deviceId(ordinal_, id.data(), id.size()), "naming the device");
-    return std::string(id.data(), strnlen(id.data(), id.size()));
-  }
+  std::string hostWideId() override { return t_->deviceId != nullptr ? nameOf(ordinal_) : std::string(); }
   std::vector<std::string> unreachablePeers() override {
     std::vector<std::string> out;
     if (t_->deviceCount == nullptr || t_->deviceId == nullptr || t_->peerAccess == nullptr) return out;
     int n = 0;
     check(t_->deviceCount(&n), "counting the devices");
     for (int other = 0; other < n; ++other) {
-      int yes = 1;
       if (other == ordinal_) continue;
+      int yes = 1;
       check(t_->peerAccess(ordinal_, other, &yes), fmt::format("asking for peer access to device {}", other));
-      if (yes != 0) continue;
-      std::array<char, 64> id{};
-      check(t_->deviceId(other, id.data(), id.size()), fmt::format("naming device {}", other));
-      out.emplace_back(id.data(), strnlen(id.data(), id.size()));
+      if (yes == 0) out.push_back(nameOf(other));
     }
     return out;
   }
@@ -166,6 +158,12 @@ class PluginDevice final : public mem::Device {
 
  private:
   void check(int rc, std::string_view what) const { throwOnFailure(t_, rc, name_, what); }
+  // The host-wide name of device `ordinal` (deviceId, version 4).
+  std::string nameOf(int ordinal) const {
+    std::array<char, 64> id{};
+    check(t_->deviceId(ordinal, id.data(), id.size()), fmt::format("naming device {}", ordinal));
+    return std::string(id.data(), strnlen(id.data(), id.size()));
+  }
   void whenQuiet(std::function<void()> free) {
     std::lock_guard<std::mutex> g(quietMu_);
     if (fencesHeld_ == 0) free();
