@@ -25,6 +25,7 @@ struct FakePlugin {
   void (*setThreadCurrent)(int) = nullptr;  // the calling thread's own current device (-1: the shared one)
   void (*setPeerAccess)(int) = nullptr;     // 0: devices 0 and 1 cannot reach each other's memory
   void (*failAllocations)(int) = nullptr;
+  void (*setAllocationsSynchronize)(int) = nullptr;  // 1: Chorus's allocations wait for the device's streams
   void (*setHostAccessible)(int) = nullptr;  // 0: per-block keys for what is allocated next (see fakedev.cc)
   long (*reduces)() = nullptr;
   long (*allocations)() = nullptr;   // by Chorus (scratch), not the test's buffers
@@ -66,6 +67,7 @@ inline const FakePlugin& fake() {
     p.setThreadCurrent = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetThreadCurrent"));
     p.setPeerAccess = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetPeerAccess"));
     p.failAllocations = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevFailAllocations"));
+    p.setAllocationsSynchronize = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetAllocationsSynchronize"));
     p.setHostAccessible = reinterpret_cast<void (*)(int)>(dlsym(h, "fakedevSetHostAccessible"));
     p.reduces = reinterpret_cast<long (*)()>(dlsym(h, "fakedevReduces"));
     p.allocations = reinterpret_cast<long (*)()>(dlsym(h, "fakedevAllocations"));

@@ -54,6 +54,21 @@ class DeviceBuf {
   uint8_t* p_;
 };
 
+// Values into and out of a device buffer, through the test's own copies.
+template <typename T>
+void uploadValues(DeviceBuf& buf, const std::vector<T>& v) {
+  std::vector<uint8_t> bytes(v.size() * sizeof(T));
+  std::memcpy(bytes.data(), v.data(), bytes.size());
+  buf.upload(bytes);
+}
+template <typename T>
+std::vector<T> downloadValues(const DeviceBuf& buf, size_t count) {
+  const std::vector<uint8_t> bytes = buf.download();
+  std::vector<T> v(count);
+  std::memcpy(v.data(), bytes.data(), count * sizeof(T));
+  return v;
+}
+
 enum class Coll {
   AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, AllToAll, SendRecv, Gather, Scatter, AllGatherV,
   ReduceScatterV

@@ -49,19 +49,6 @@ struct Counters {
   }
 };
 
-// A float buffer's values into and out of the device, through the test's own copies.
-void uploadFloats(DeviceBuf& buf, const std::vector<float>& v) {
-  std::vector<uint8_t> bytes(v.size() * sizeof(float));
-  std::memcpy(bytes.data(), v.data(), bytes.size());
-  buf.upload(bytes);
-}
-std::vector<float> downloadFloats(DeviceBuf& buf, size_t count) {
-  const std::vector<uint8_t> bytes = buf.download();
-  std::vector<float> v(count);
-  std::memcpy(v.data(), bytes.data(), count * sizeof(float));
-  return v;
-}
-
 class DeviceIpc : public ::testing::TestWithParam<int> {};
 
 // Every collective, with the ring's reducing steps run by the device reading the peer's buffer; nothing is staged
@@ -227,14 +214,14 @@ TEST(DeviceIpcChunks, ADeviceCallIsCutInDeviceIpcChunks) {
     DeviceBuf buf(dev(0), kCount * sizeof(float));
     std::vector<float> v(kCount);
     for (size_t i = 0; i < kCount; ++i) v[i] = static_cast<float>((i % 1000) * (r + 1));
-    uploadFloats(buf, v);
+    uploadValues(buf, v);
     check(chorusBarrier(comm, nullptr), comm, "barrier");
     const long before = fake().ipcExports();
     check(chorusAllReduce(buf.data(), buf.data(), kCount, chorusFloat32, chorusSum, comm, nullptr), comm,
           "AllReduce");
     check(chorusBarrier(comm, nullptr), comm, "barrier");  // both ranks' sends counted
     if (r == 0) exports = fake().ipcExports() - before;
-    v = downloadFloats(buf, kCount);
+    v = downloadValues<float>(buf, kCount);
     for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(v[i], static_cast<float>((i % 1000) * 3)) << "element " << i;
   });
   for (const auto& e : errors) ADD_FAILURE() << e;
@@ -263,14 +250,14 @@ TEST_P(DevicePeers, RanksOnTwoDevicesGoDeviceToDeviceOnlyWhereTheDevicesReachEac
     DeviceBuf buf(dev(r), kCount * sizeof(float));
     std::vector<float> v(kCount);
     for (size_t i = 0; i < kCount; ++i) v[i] = static_cast<float>((i % 100) * (r + 1));
-    uploadFloats(buf, v);
+    uploadValues(buf, v);
     check(chorusBarrier(comm, nullptr), comm, "barrier");
     const long exportsBefore = fake().ipcExports(), copiesBefore = fake().copiesStarted();
     check(chorusAllReduce(buf.data(), buf.data(), kCount, chorusFloat32, chorusSum, onDevice, nullptr), onDevice,
           "AllReduce across the two devices");
     check(chorusBarrier(comm, nullptr), comm, "barrier");  // both ranks' work counted
     if (r == 0) exports = fake().ipcExports() - exportsBefore, copies = fake().copiesStarted() - copiesBefore;
-    v = downloadFloats(buf, kCount);
+    v = downloadValues<float>(buf, kCount);
     for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(v[i], static_cast<float>((i % 100) * 3)) << "element " << i;
     check(chorusCommDestroy(onDevice), comm, "chorusCommDestroy");
   });

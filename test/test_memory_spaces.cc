@@ -463,6 +463,68 @@ TEST(DeviceStreams, GrowingScratchWhileTheStreamIsHeldDoesNotHang) {
   EXPECT_GT(fake().deviceSyncs(), syncsBefore) << "no free of Chorus's waited for the device: nothing grew";
 }
 
+// Note [Scratch before the fence] in lib/comm/scratch_plan.cc: with the fake's allocations waiting for every stream of
+// the device, as its frees do, a call on a device stream whose scratch grew in the middle of the call would wait for
+// its own fence: the process hung before (the watchdog). Every algorithm and the PreMulSum pass, at sizes that grow
+// each slot, through device IPC; each rank on a device of its own (ranks that share one as threads of one process
+// would wait for each other's fences, which Chorus does not cover).
+class ScratchBeforeTheFence : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ScratchBeforeTheFence, CallsOnAHeldStreamAllocateNothingWhileTheyRun) {
+  useDevice(0);
+  test::Watchdog watchdog(120);
+  test::EnvGuard env;
+  env.set("CHORUS_ALGO", GetParam());
+  const long allocationsBefore = fake().allocations();
+  auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
+    fake().setThreadCurrent(r);
+    chorusComm_t onDevice = nullptr;
+    check(chorusCommSplit(comm, 0, r, &onDevice, nullptr), comm, "chorusCommSplit on device " + std::to_string(r));
+    void* native = fake().streamCreate(r);
+    chorusStream_t stream = nullptr;
+    check(chorusStreamCreateFromCuda(onDevice, native, &stream), onDevice, "chorusStreamCreateFromCuda");
+    check(chorusBarrier(comm, nullptr), comm, "barrier");
+    if (r == 0) fake().setAllocationsSynchronize(1);
+    check(chorusBarrier(comm, nullptr), comm, "barrier");
+    for (size_t count : {size_t(8), size_t(1000), size_t(1) << 16, size_t(1) << 19}) {
+      SCOPED_TRACE("count " + std::to_string(count));
+      const auto mine = static_cast<float>(r + 1);
+      DeviceBuf sum(dev(r), count * 4), half(dev(r), count * 2), scattered(dev(r), count * 4),
+          gathered(dev(r), count * 8), reduced(dev(r), count * 4);
+      uploadValues(sum, std::vector<float>(count, mine));
+      uploadValues(half, std::vector<uint16_t>(count, r == 0 ? 0x3C00 : 0x4000));  // float16 1 and 2
+      uploadValues(gathered, std::vector<float>(2 * count, mine));
+      check(chorusAllReduce(sum.data(), sum.data(), count, chorusFloat32, chorusSum, onDevice, stream), onDevice,
+            "AllReduce");
+      check(chorusAllReduce(half.data(), half.data(), count, chorusFloat16, chorusAvg, onDevice, stream), onDevice,
+            "AllReduce Avg of float16 (pre-multiplied)");
+      check(chorusReduceScatter(gathered.data(), scattered.data(), count, chorusFloat32, chorusSum, onDevice,
+                                stream), onDevice, "ReduceScatter");
+      check(chorusReduce(sum.data(), reduced.data(), count, chorusFloat32, chorusSum, 0, onDevice, stream),
+            onDevice, "Reduce");
+      check(chorusAllGather(scattered.data(), gathered.data(), count, chorusFloat32, onDevice, stream), onDevice,
+            "AllGather");
+      check(chorusStreamSynchronize(stream), onDevice, "chorusStreamSynchronize");
+      EXPECT_EQ(downloadValues<float>(sum, count), std::vector<float>(count, 3.0f));
+      EXPECT_EQ(downloadValues<uint16_t>(half, count), std::vector<uint16_t>(count, 0x3E00));  // 1.5
+      EXPECT_EQ(downloadValues<float>(gathered, 2 * count), std::vector<float>(2 * count, 3.0f));
+      if (r == 0) {
+        EXPECT_EQ(downloadValues<float>(reduced, count), std::vector<float>(count, 6.0f));
+      }
+    }
+    check(chorusBarrier(comm, nullptr), comm, "barrier");
+    if (r == 0) fake().setAllocationsSynchronize(0);
+    check(chorusStreamDestroy(stream), onDevice, "chorusStreamDestroy");
+    fake().streamDestroy(native);
+    check(chorusCommDestroy(onDevice), comm, "chorusCommDestroy");
+    fake().setThreadCurrent(-1);
+  });
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  EXPECT_GT(fake().allocations(), allocationsBefore) << "no scratch was allocated: nothing grew";
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, ScratchBeforeTheFence, ::testing::Values("RING", "TREE", "AUTO"));
+
 // Another communicator's frees wait too: one is destroyed (freeing its device scratch) while a call of another
 // holds the device stream behind a kernel that has not run yet. The destroy returns at once rather than after the
 // kernel (which waits for the test, up to 20 s), and the free happens once the stream is released.

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "lib/comm/collectives.h"
+#include "lib/comm/scratch_plan.h"
 #include "lib/base/error.h"
 #include "lib/api/registry.h"
 #include "lib/comm/stream.h"
@@ -52,6 +53,21 @@ Executor::Fn makeTask(Comm& comm, std::span<const CollArgs> calls) {
   return [&comm, owned = std::vector<CollArgs>(calls.begin(), calls.end())] { tagAndRun(comm, owned); };
 }
 
+bool onDevice(std::span<const CollArgs> calls) {
+  return std::any_of(calls.begin(), calls.end(), [](const CollArgs& a) { return !a.space.isHost(); });
+}
+
+// The task, after it adopts the device scratch grown for it on this thread (Note [Scratch before the fence]).
+Executor::Fn adoptingScratch(Comm& comm, std::span<const CollArgs> calls, Executor::Fn task) {
+  if (!onDevice(calls)) return task;
+  auto grant = std::make_shared<DeviceScratch::Grant>(growScratchFor(comm, calls));
+  if (grant->empty()) return task;
+  return [&comm, grant, task = std::move(task)]() mutable {
+    comm.deviceScratch()->adopt(*grant);
+    task();
+  };
+}
+
 }  // namespace
 
 // This thread's own groupStart raised the count before (program order), so a zero means no group here.
@@ -83,7 +99,9 @@ std::unique_ptr<chorusStream> start(Comm& comm, std::span<const CollArgs> calls,
     live = distinct;
   }
   const bool host = std::all_of(live.begin(), live.end(), [](chorusStream* s) { return s->device == nullptr; });
-  comm.executor().enqueue(orderWithDevices(comm, makeTask(comm, calls), live), live,
+  // Scratch first: its allocation may wait for the device, which the fences are about to hold.
+  Executor::Fn task = adoptingScratch(comm, calls, makeTask(comm, calls));
+  comm.executor().enqueue(orderWithDevices(comm, std::move(task), live), live,
                           !blocking && host ? Executor::Launch::kDefer : Executor::Launch::kWake);
   return waiter;
 }
@@ -92,8 +110,15 @@ void issue(Comm& comm, std::span<const CollArgs> calls, std::span<const chorusSt
   if (std::all_of(streams.begin(), streams.end(), [](chorusStream_t s) { return s == nullptr; })) {
     // Inline when idle (no hand-off latency). The task only refers to this frame, which outlives it: a
     // blocking call returns after its work ran, even when it had to queue.
-    if (std::any_of(calls.begin(), calls.end(), [](const CollArgs& a) { return !a.space.isHost(); }))
+    if (onDevice(calls)) {
       followDefaultStream(comm);
+      DeviceScratch::Grant grant = growScratchFor(comm, calls);
+      comm.executor().runBlocking([&] {
+        if (!grant.empty()) comm.deviceScratch()->adopt(grant);
+        tagAndRun(comm, calls);
+      });
+      return;
+    }
     comm.executor().runBlocking([&] { tagAndRun(comm, calls); });  // two references: no allocation
     return;
   }

@@ -35,12 +35,11 @@ namespace {
 
 // AUTO (or CHORUS_ALGO's allowed set) picks the allreduce by the communicator's cost model (Note [Cost model],
 // algorithms/cost_model.h). A change of choice from one call to the next is logged with the prediction.
-void allReduce(Comm& comm, const TaggedCall& c) {
-  const CollArgs& a = c.args;
+algo::AllReduceAlgo chooseAllReduce(Comm& comm, const CollArgs& a) {
   const size_t bytes = a.count * kernels::dataTypeSize(a.dtype);
   auto choice = static_cast<algo::AllReduceAlgo>(comm.lastAllReduceChoice);
   if (bytes != comm.lastAllReduceBytes) {
-    choice = comm.costModel().chooseAllReduce(comm.config().algo.allReduce, bytes, nullptr);
+    choice = allReduceAlgorithm(comm, bytes);
     if (static_cast<int>(choice) != comm.lastAllReduceChoice)
       CHORUS_INFO(kColl, "{}: AllReduce of {} bytes: {} (predicted {:.1f} us)", comm.name(), bytes,
                   algo::algoName(choice), comm.costModel().allReduceUs(choice, bytes));
@@ -48,14 +47,19 @@ void allReduce(Comm& comm, const TaggedCall& c) {
     comm.lastAllReduceChoice = static_cast<int>(choice);
   }
   comm.flight().algorithm(static_cast<uint8_t>(static_cast<int>(choice) + 1));
+  return choice;
+}
+
+void allReduce(algo::Context& ctx, const TaggedCall& c, algo::AllReduceAlgo choice) {
+  const CollArgs& a = c.args;
   switch (choice) {
-    case algo::AllReduceAlgo::Direct: return algo::directAllReduce(comm, c.tag, a);
-    case algo::AllReduceAlgo::RecursiveDoubling: return algo::recursiveDoublingAllReduce(comm, c.tag, a);
-    case algo::AllReduceAlgo::HalvingDoubling: return algo::halvingDoublingAllReduce(comm, c.tag, a);
-    case algo::AllReduceAlgo::Tree: return algo::treeAllReduce(comm, c.tag, a);
+    case algo::AllReduceAlgo::Direct: return algo::directAllReduce(ctx, c.tag, a);
+    case algo::AllReduceAlgo::RecursiveDoubling: return algo::recursiveDoublingAllReduce(ctx, c.tag, a);
+    case algo::AllReduceAlgo::HalvingDoubling: return algo::halvingDoublingAllReduce(ctx, c.tag, a);
+    case algo::AllReduceAlgo::Tree: return algo::treeAllReduce(ctx, c.tag, a);
     case algo::AllReduceAlgo::Ring: break;
   }
-  algo::ringAllReduce(comm, c.tag, a);
+  algo::ringAllReduce(ctx, c.tag, a);
 }
 
 // Note [PreMulSum]: a call with an op of chorusRedOpCreatePreMulSum arrives with op chorusSum, preMul set and this
@@ -72,22 +76,22 @@ void allReduce(Comm& comm, const TaggedCall& c) {
 // keeps chorusAvg, so Avg against PreMulSum is still a mismatch; it costs a pass over the input into scratch.
 constexpr int kPreMulSlot = 3, kScalarSlot = 4;  // scratch slots no algorithm uses
 
-void multiplyInto(Comm& comm, uint8_t* dst, const CollArgs& a, size_t count) {
+void multiplyInto(algo::Context& ctx, uint8_t* dst, const CollArgs& a, size_t count) {
   if (count == 0) return;  // an empty ReduceScatterV
   if (a.space.isHost()) return kernels::multiply(dst, a.sendbuff, count, a.dtype, &a.scalar);
   const size_t es = kernels::dataTypeSize(a.dtype);
-  uint8_t* scalars = comm.scratch(a.space, count * es, kScalarSlot);
+  uint8_t* scalars = ctx.scratch(a.space, count * es, kScalarSlot);
   a.space.copy(scalars, &a.scalar, es);
   for (size_t have = 1; have < count; have *= 2)
     a.space.copy(scalars + have * es, scalars, std::min(have, count - have) * es);
   a.space.reduce(dst, a.sendbuff, scalars, count, a.dtype, chorusProd);
 }
 
-TaggedCall preMultiplied(Comm& comm, const TaggedCall& c) {
+TaggedCall preMultiplied(algo::Context& ctx, const TaggedCall& c) {
   const CollArgs& a = c.args;
-  const size_t count = a.kind == OpKind::ReduceScatter ? a.count * static_cast<size_t>(comm.nranks()) : a.count;
-  uint8_t* in = comm.scratch(a.space, count * kernels::dataTypeSize(a.dtype), kPreMulSlot);
-  multiplyInto(comm, in, a, count);
+  const size_t count = a.kind == OpKind::ReduceScatter ? a.count * static_cast<size_t>(ctx.nranks()) : a.count;
+  uint8_t* in = ctx.scratch(a.space, count * kernels::dataTypeSize(a.dtype), kPreMulSlot);
+  multiplyInto(ctx, in, a, count);
   TaggedCall m = c;
   m.args.sendbuff = in;
   m.args.preMul = false;
@@ -95,21 +99,21 @@ TaggedCall preMultiplied(Comm& comm, const TaggedCall& c) {
   return m;
 }
 
-void runAlgorithm(Comm& comm, const TaggedCall& c) {
+void runAlgorithm(algo::Context& ctx, const TaggedCall& c, algo::AllReduceAlgo allReduceChoice) {
   const CollArgs& a = c.args;
   switch (a.kind) {
-    case OpKind::AllReduce: return allReduce(comm, c);
-    case OpKind::ReduceScatter: return algo::ringReduceScatter(comm, c.tag, a);
-    case OpKind::AllGather: return algo::ringAllGather(comm, c.tag, a);
-    case OpKind::Broadcast: return algo::chainBroadcast(comm, c.tag, a);
-    case OpKind::Reduce: return algo::chainReduce(comm, c.tag, a);
-    case OpKind::AllToAll: return algo::directAllToAll(comm, c.tag, a);
-    case OpKind::AllToAllv: return algo::directAllToAllv(comm, c.tag, a);
-    case OpKind::Gather: return algo::directGather(comm, c.tag, a);
-    case OpKind::Scatter: return algo::directScatter(comm, c.tag, a);
-    case OpKind::AllGatherV: return algo::ringAllGatherV(comm, c.tag, a);
-    case OpKind::ReduceScatterV: return algo::ringReduceScatterV(comm, c.tag, a);
-    case OpKind::Barrier: return algo::disseminationBarrier(comm, c.tag);
+    case OpKind::AllReduce: return allReduce(ctx, c, allReduceChoice);
+    case OpKind::ReduceScatter: return algo::ringReduceScatter(ctx, c.tag, a);
+    case OpKind::AllGather: return algo::ringAllGather(ctx, c.tag, a);
+    case OpKind::Broadcast: return algo::chainBroadcast(ctx, c.tag, a);
+    case OpKind::Reduce: return algo::chainReduce(ctx, c.tag, a);
+    case OpKind::AllToAll: return algo::directAllToAll(ctx, c.tag, a);
+    case OpKind::AllToAllv: return algo::directAllToAllv(ctx, c.tag, a);
+    case OpKind::Gather: return algo::directGather(ctx, c.tag, a);
+    case OpKind::Scatter: return algo::directScatter(ctx, c.tag, a);
+    case OpKind::AllGatherV: return algo::ringAllGatherV(ctx, c.tag, a);
+    case OpKind::ReduceScatterV: return algo::ringReduceScatterV(ctx, c.tag, a);
+    case OpKind::Barrier: return algo::disseminationBarrier(ctx, c.tag);
     case OpKind::Send:
     case OpKind::Tagged:  // never recorded as a call (lib/comm/tagged.h)
     case OpKind::None: break;
@@ -120,9 +124,23 @@ void runOne(Comm& comm, const TaggedCall& c) {
   comm.beginCall(c.args.space);
   CHORUS_DEBUG(kColl, "{} {} sendbuff {} recvbuff {}", comm.name(), describe(c.tag), c.args.sendbuff,
                c.args.recvbuff);
-  if (c.args.preMul) return runAlgorithm(comm, preMultiplied(comm, c));
-  runAlgorithm(comm, c);
+  const algo::AllReduceAlgo choice =
+      c.args.kind == OpKind::AllReduce ? chooseAllReduce(comm, c.args) : algo::AllReduceAlgo::Ring;
+  runCall(comm, c, choice);
 }
+
+}  // namespace
+
+algo::AllReduceAlgo allReduceAlgorithm(const Comm& comm, size_t bytes) {
+  return comm.costModel().chooseAllReduce(comm.config().algo.allReduce, bytes, nullptr);
+}
+
+void runCall(algo::Context& ctx, const TaggedCall& c, algo::AllReduceAlgo allReduceChoice) {
+  if (c.args.preMul) return runAlgorithm(ctx, preMultiplied(ctx, c), allReduceChoice);
+  runAlgorithm(ctx, c, allReduceChoice);
+}
+
+namespace {
 
 // False for a call with nothing to move. It still took its sequence number, so a rank that disagrees about the
 // count meets a mismatch at its next message. An AllToAllv always runs: its counts differ per pair (count is 0).

@@ -42,6 +42,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   // runtime (Note [Memory plugins]) before the communicator takes the current device as its own.
   findDeviceRuntime(false);
   space_ = mem::currentSpace();
+  if (!space_.isHost()) deviceScratch_ = std::make_unique<DeviceScratch>(space_.device());
   startTransports();
 
   RankInfo mine;
@@ -90,7 +91,7 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
 
 Comm::~Comm() {
   deviceIpc_.reset();  // its copies (of a failed operation) may still write to device scratch: they end first
-  for (const DeviceScratch& s : deviceScratch_) s.device->release(s.p);
+  deviceScratch_.reset();
   for (Staged& s : staged_)  // the transports are closed by now
     if (s.bounce != nullptr) bounceFree_[s.sizeClass].push_back(s.bounce);
   for (auto& sizeClass : bounceFree_)
@@ -513,17 +514,10 @@ mem::DeviceStream* Comm::defaultStream() {
 
 uint8_t* Comm::scratch(const mem::Space& space, size_t bytes, int slot) {
   if (!space.isHost()) {
-    auto it = std::find_if(deviceScratch_.begin(), deviceScratch_.end(),
-                           [&](const DeviceScratch& s) { return s.device == space.device() && s.slot == slot; });
-    if (it == deviceScratch_.end()) it = deviceScratch_.insert(it, {space.device(), slot, nullptr, 0});
-    if (it->bytes < bytes) {
-      if (it->p != nullptr) it->device->release(it->p);
-      it->p = nullptr;
-      it->bytes = 0;
-      it->p = it->device->allocate(bytes);
-      it->bytes = bytes;
-    }
-    return static_cast<uint8_t*>(it->p);
+    if (space != space_) [[unlikely]]
+      fail(chorusInternalError, "{}: scratch asked of {}, but this communicator works on {}", name(), space.name(),
+           space_.name());
+    return deviceScratch_->get(bytes, slot);
   }
   if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(slot + 1);
   auto& s = scratch_[slot];

@@ -17,6 +17,7 @@
 #include "algorithms/cost_model.h"
 #include "chorus/chorus.h"
 #include "lib/comm/bootstrap.h"
+#include "lib/comm/device_scratch.h"
 #include "lib/base/env.h"
 #include "lib/base/error.h"
 #include "lib/comm/executor.h"
@@ -48,8 +49,10 @@ class Comm : public algo::Context {
   bool reduceOnReceive() const { return reduceOnReceive_; }
   // Host index of every rank (equal host identity, numbered by first rank), for topology-aware algorithms.
   const std::vector<int>& hostOf() const final { return hostOf_; }
-  size_t chunkBytes(size_t bytes) const final {
-    return chunkAt(deviceCall_ && !deviceChunks_.empty() ? deviceChunks_ : chunks_, bytes);
+  size_t chunkBytes(size_t bytes) const final { return chunkBytesOf(deviceCall_, bytes); }
+  // The same for a call on device memory (deviceCall) or host memory; any thread.
+  size_t chunkBytesOf(bool deviceCall, size_t bytes) const {
+    return chunkAt(deviceCall && !deviceChunks_.empty() ? deviceChunks_ : chunks_, bytes);
   }
   const ChunkSteps& chunkSteps() const { return chunks_; }
   // The link numbers of the slowest transport serving a pair of ranks that share a host (the same on every
@@ -112,6 +115,8 @@ class Comm : public algo::Context {
   // waitUntil's loop; `what` names the operation in errors.
   void waitFor(FunctionRef<bool()> done, FunctionRef<std::string()> what);
   uint8_t* scratch(const mem::Space& space, size_t bytes, int slot = 0) final;
+  // The scratch of calls on the communicator's device (nullptr: it works on host memory only).
+  DeviceScratch* deviceScratch() { return deviceScratch_.get(); }
   uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
   // ---- sequence numbers, taken at enqueue time so tags follow issue order ----
@@ -211,13 +216,7 @@ class Comm : public algo::Context {
   uint64_t collSeq_ = 0;
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::vector<std::vector<uint8_t>> scratch_;  // host memory, by slot
-  struct DeviceScratch {
-    mem::Device* device;
-    int slot;
-    void* p;
-    size_t bytes;
-  };
-  std::vector<DeviceScratch> deviceScratch_;  // released by ~Comm
+  std::unique_ptr<DeviceScratch> deviceScratch_;  // on space_'s device; none for host memory only
   // A message staged through host memory (Note [Staging device memory]): a send is copied to `bounce`, then moved by
   // the transport under its own request; a receive is moved into `bounce`, then copied to the device. The
   // algorithm's request completes when the last step has.
