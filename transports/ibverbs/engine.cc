@@ -39,6 +39,7 @@
 #include <cstring>
 
 #include "lib/base/error.h"
+#include "transports/mismatch.h"
 
 namespace chorus::transport::ibverbs {
 
@@ -171,12 +172,7 @@ void Channel::failPeer(const std::string& what) const {
 }
 
 void Channel::mismatch(const OpTag& mine, size_t myLen, const WireHeader& theirs) const {
-  const OpTag got = tagOf(theirs);
-  if (got == mine)
-    fail(chorusInvalidUsage, "{} and {} disagree on the size of a message of {}: {} vs {} bytes", self_, peer_,
-         describe(got), myLen, theirs.len);
-  fail(chorusInvalidUsage, "mismatched calls: {} called {} but {} called {}", self_, describe(mine), peer_,
-       describe(got));
+  throw mismatchedMessage(self_, peer_, mine, myLen, tagOf(theirs), theirs.len);
 }
 
 int Channel::credits(int cls) const {

@@ -19,6 +19,7 @@
 #include "lib/base/socket.h"
 #include "lib/kernels/reduce.h"
 #include "transports/ipc/ipc_page.h"
+#include "transports/mismatch.h"
 
 namespace chorus::transport::ipc {
 
@@ -367,12 +368,7 @@ class IpcTransport final : public DeviceTransport {
   }
 
   [[noreturn]] void mismatch(int peer, const Entry& e, const Recv& want) const {
-    const OpTag got = tagOf(e);
-    if (got == want.tag)
-      fail(chorusInvalidUsage, "{} and {} disagree on the size of a message of {}: {} vs {} bytes", self().name(),
-           setup_.peers[peer].name(), describe(got), want.len, e.len);
-    fail(chorusInvalidUsage, "mismatched calls: {} called {} but {} called {}", self().name(), describe(want.tag),
-         setup_.peers[peer].name(), describe(got));
+    throw mismatchedMessage(self().name(), setup_.peers[peer].name(), want.tag, want.len, tagOf(e), e.len);
   }
 
   const Setup& setup_;

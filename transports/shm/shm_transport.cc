@@ -21,6 +21,7 @@
 #include "lib/kernels/reduce.h"
 #include "lib/base/log.h"
 #include "transports/handshake.h"
+#include "transports/mismatch.h"
 #include "transports/shm/control.h"
 #include "transports/shm/segment.h"
 
@@ -549,12 +550,7 @@ class ShmTransport final : public Transport {
   }
 
   [[noreturn]] void mismatch(const Peer& p, const SlotHeader& h, const RecvMsg& want) const {
-    OpTag got = tagOf(h);
-    if (got == want.tag)
-      fail(chorusInvalidUsage, "{} and {} disagree on the size of a message of {}: {} vs {} bytes", self().name(),
-           p.info->name(), describe(got), want.len, h.msgLen);
-    fail(chorusInvalidUsage, "mismatched calls: {} called {} but {} called {}", self().name(), describe(want.tag),
-         p.info->name(), describe(got));
+    throw mismatchedMessage(self().name(), p.info->name(), want.tag, want.len, tagOf(h), h.msgLen);
   }
 
   // Reads the control sockets that have something: Wake frames, goodbyes, abort reasons, hang-ups.

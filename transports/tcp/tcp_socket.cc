@@ -10,6 +10,7 @@
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "transports/mismatch.h"
 
 namespace chorus::transport::tcp {
 
@@ -22,12 +23,7 @@ void DataSocket::failPeer(const std::string& what) const {
 }
 
 void DataSocket::mismatch(const WireHeader& h, const RecvPart& want) const {
-  OpTag got = tagOf(h);
-  if (got == want.tag)
-    fail(chorusInvalidUsage, "{} and {} disagree on the size of a message of {}: {} vs {} bytes", self_->name(),
-         peer_->name(), describe(got), want.msgLen, h.msgLen);
-  fail(chorusInvalidUsage, "mismatched calls: {} called {} but {} called {}", self_->name(), describe(want.tag),
-       peer_->name(), describe(got));
+  throw mismatchedMessage(self_->name(), peer_->name(), want.tag, want.msgLen, tagOf(h), h.msgLen);
 }
 
 void DataSocket::queueSend(const WireHeader& h, const uint8_t* data, Request* req) {

@@ -67,6 +67,7 @@
 #include "lib/base/identity.h"
 #include "lib/base/log.h"
 #include "lib/base/socket.h"
+#include "transports/mismatch.h"
 #include "transports/ucx/ops.h"
 #include "transports/ucx/ucp_handles.h"
 #include "transports/ucx/wire.h"
@@ -551,11 +552,7 @@ class UcxTransport final : public Transport {
     OpTag got = tagOf(h);
     if (!(got == op.tag) || h.len != op.len) {
       op.failed = true;
-      if (got == op.tag)
-        return fault(chorusInvalidUsage, "{} and {} disagree on the size of a message of {}: {} vs {} bytes",
-                     self(), op.peer->name, describe(got), op.len, h.len);
-      return fault(chorusInvalidUsage, "mismatched calls: {} called {} but {} called {}", self(), describe(op.tag),
-                   op.peer->name, describe(got));
+      return fault(mismatchedMessage(self(), op.peer->name, op.tag, op.len, got, h.len));
     }
     const bool small = op.len <= kCopyBytes;
     if (part.length != kHeaderBytes + (small ? op.len : 0)) return garbled(op, part.length);
