@@ -18,9 +18,8 @@ inline Error mismatchedMessage(std::string_view self, std::string_view peer, con
   if (got == want)
     return Error(chorusInvalidUsage, fmt::format("{} and {} disagree on the size of a message of {}: {} vs {} bytes",
                                                  self, peer, describe(got), wantLen, gotLen));
-  return Error(chorusInvalidUsage,
-               fmt::format("mismatched calls: {} called {} but {} called {}", self, describe(want), peer,
-                           describe(got)));
+  return Error(chorusInvalidUsage, fmt::format("mismatched calls: {} called {} but {} called {}", self, describe(want),
+                                               peer, describe(got)));
 }
 
 }  // namespace chorus::transport

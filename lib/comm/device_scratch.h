@@ -60,7 +60,7 @@ class DeviceScratch {
  private:
   struct Slot {
     void* p = nullptr;
-    size_t bytes = 0;    // of p (executing thread)
+    size_t bytes = 0;  // of p (executing thread)
     size_t planned = 0;  // the most any grant or get has made for it (under mu_)
   };
   Slot& slot(int s);

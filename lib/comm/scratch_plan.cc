@@ -71,8 +71,8 @@ class ScratchProbe final : public algo::Context {
   size_t chunkBytes(size_t bytes) const override { return comm_.chunkBytesOf(true, bytes); }
   void isend(int, const void*, size_t, const OpTag&, Request*) override { throw FirstMessage{}; }
   void irecv(int, void*, size_t, const OpTag&, Request*) override { throw FirstMessage{}; }
-  bool irecvReduce(const mem::Space&, int, void*, const void*, size_t, chorusDataType_t, chorusRedOp_t,
-                   const OpTag&, Request*) override {
+  bool irecvReduce(const mem::Space&, int, void*, const void*, size_t, chorusDataType_t, chorusRedOp_t, const OpTag&,
+                   Request*) override {
     throw FirstMessage{};
   }
   void waitUntil(FunctionRef<bool()>, const OpTag&) override { throw FirstMessage{}; }
@@ -106,7 +106,7 @@ DeviceScratch::Grant growScratchFor(Comm& comm, std::span<const CollArgs> calls)
                                            : algo::AllReduceAlgo::Ring;
     try {
       runCall(probe, c, choice);
-    } catch (const FirstMessage&) {
+    } catch (const FirstMessage&) {  // from here on the algorithm only moves data
     }
   }
   return scratch->grow(probe.bytesBySlot);
