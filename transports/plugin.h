@@ -37,11 +37,11 @@ typedef struct {
   const char* type; /* "int", "bytes", "string", "enum" */
   const char* defaultValue;
   const char* description;
-} chorusPluginEnv_v3;
+} chorusPluginEnv_v4;
 
 typedef struct {
   size_t fromBytes, chunkBytes;
-} chorusPluginChunkStep_v3;
+} chorusPluginChunkStep_v4;
 
 typedef struct {
   double alphaUs, gbps;                           /* between ranks of one host, a core each */
@@ -51,64 +51,64 @@ typedef struct {
    * ranks there): nchunks (1..CHORUS_PLUGIN_MAX_CHUNK_STEPS) steps of ascending fromBytes, the first from 0, each
    * chunk 4 KiB..64 MiB; a size takes the chunk of the last step it reaches. */
   uint32_t nchunks;
-  chorusPluginChunkStep_v3 chunks[CHORUS_PLUGIN_MAX_CHUNK_STEPS];
-} chorusPluginTraits_v3;
+  chorusPluginChunkStep_v4 chunks[CHORUS_PLUGIN_MAX_CHUNK_STEPS];
+} chorusPluginTraits_v4;
 
 typedef struct {
   int rank, pid;
   const char* host;   /* hostname, for messages */
   const char* hostId; /* equal ids: the same host */
-} chorusPluginPeer_v3;
+} chorusPluginPeer_v4;
 
 typedef struct {
   int rank, nranks;
   uint64_t secret, commId;
   const char* socketIfname;
-  const chorusPluginPeer_v3* peers; /* nranks entries; filled before the first connect/accept, NULL before */
-} chorusPluginSetup_v3;
+  const chorusPluginPeer_v4* peers; /* nranks entries; filled before the first connect/accept, NULL before */
+} chorusPluginSetup_v4;
 
 typedef struct {
   uint64_t seq, count;
   int32_t root;
   uint8_t kind, dtype, redop, pad;
-} chorusPluginTag_v3;
+} chorusPluginTag_v4;
 
 /* The caller's completion flag: the transport sets done to 1; priv is the transport's. */
 typedef struct {
   unsigned char done;
   unsigned char optional; /* set by the caller: a peer leaving with only such receives posted fails nothing */
   int priv;
-} chorusPluginRequest_v3;
+} chorusPluginRequest_v4;
 
 typedef struct {
   uint32_t version; /* CHORUS_TRANSPORT_PLUGIN_VERSION */
   const char* name; /* lower case, as CHORUS_TRANSPORTS names it */
   int preference;   /* default order among transports: lower first (shm 10, tcp 30) */
-  const chorusPluginEnv_v3* env;
+  const chorusPluginEnv_v4* env;
   size_t nenv;
-  chorusPluginTraits_v3 traits;
+  chorusPluginTraits_v4 traits;
   /* NULL or "" when usable in this process, else why not (static text). */
   const char* (*unavailable)(void);
   /* 1 when the transport's own settings say not to use it by default. */
   int (*disabledByEnv)(void);
   /* 1 when it can carry traffic between the two ranks. */
-  int (*canConnect)(const chorusPluginPeer_v3* a, const chorusPluginPeer_v3* b);
+  int (*canConnect)(const chorusPluginPeer_v4* a, const chorusPluginPeer_v4* b);
   /* setup stays valid (and its peers are filled in) for the transport's life. On failure *transport is NULL and
    * err (errLen bytes) holds why. */
-  int (*create)(const chorusPluginSetup_v3* setup, void** transport, char* err, size_t errLen);
+  int (*create)(const chorusPluginSetup_v4* setup, void** transport, char* err, size_t errLen);
   void (*destroy)(void* transport);
   const char* (*lastError)(void* transport);
   /* The address bytes stay valid until destroy. */
   int (*address)(void* transport, const uint8_t** bytes, size_t* len);
   int (*connect)(void* transport, int peer, const uint8_t* address, size_t len, int64_t deadlineNs);
   int (*accept)(void* transport, int peer, const uint8_t* address, size_t len, int64_t deadlineNs);
-  int (*isend)(void* transport, int peer, const void* buf, size_t len, const chorusPluginTag_v3* tag,
-               chorusPluginRequest_v3* req);
-  int (*irecv)(void* transport, int peer, void* buf, size_t len, const chorusPluginTag_v3* tag,
-               chorusPluginRequest_v3* req);
+  int (*isend)(void* transport, int peer, const void* buf, size_t len, const chorusPluginTag_v4* tag,
+               chorusPluginRequest_v4* req);
+  int (*irecv)(void* transport, int peer, void* buf, size_t len, const chorusPluginTag_v4* tag,
+               chorusPluginRequest_v4* req);
   /* *posted = 0 when it cannot reduce while receiving (nothing posted); NULL where it never can. */
   int (*irecvReduce)(void* transport, int peer, void* dst, const void* src, size_t len, int dtype, int op,
-                     const chorusPluginTag_v3* tag, chorusPluginRequest_v3* req, int* posted);
+                     const chorusPluginTag_v4* tag, chorusPluginRequest_v4* req, int* posted);
   int (*progress)(void* transport, int* moved);
   int (*waitFd)(void* transport);
   /* *maySleep = 0 when progress may have work already. */
@@ -126,7 +126,7 @@ typedef struct {
 #define CHORUS_PLUGIN_DESCRIBE_SYMBOL "chorusPluginDescribe_v1"
 typedef const char* (*chorusPluginDescribe_v1_t)(void);
 
-/* Note [Memory plugins]: a plugin may also (or instead) export chorusMemoryPlugin_v3, a device runtime's memory
+/* Note [Memory plugins]: a plugin may also (or instead) export chorusMemoryPlugin_vN, a device runtime's memory
  * (Note [Memory spaces] in lib/mem/space.h): which pointers are memory of its devices, and the data work the
  * algorithms do on them. It has its own version, bumped on any change to this table. Every function returns a
  * chorusResult_t (chorusUnhandledCudaError for an error of the device's runtime) and on failure lastError(), of

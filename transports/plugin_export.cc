@@ -17,7 +17,7 @@ const PluginSpec* gSpec = nullptr;
 
 // One transport object behind the C table, with the C++ Setup it reads.
 struct Hosted {
-  const chorusPluginSetup_v3* c = nullptr;
+  const chorusPluginSetup_v4* c = nullptr;
   Setup setup;
   std::unique_ptr<Transport> t;
   std::vector<uint8_t> address;
@@ -28,11 +28,11 @@ Hosted* H(void* t) { return static_cast<Hosted*>(t); }
 
 Deadline deadlineOf(int64_t ns) { return Deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns))); }
 
-OpTag tagOf(const chorusPluginTag_v3* t) { return std::bit_cast<OpTag>(*t); }  // same layout (plugin_host.cc)
+OpTag tagOf(const chorusPluginTag_v4* t) { return std::bit_cast<OpTag>(*t); }  // same layout (plugin_host.cc)
 
-Request* reqOf(chorusPluginRequest_v3* r) { return reinterpret_cast<Request*>(r); }
+Request* reqOf(chorusPluginRequest_v4* r) { return reinterpret_cast<Request*>(r); }
 
-PeerInfo peerOf(const chorusPluginPeer_v3& p) { return {p.rank, p.pid, p.host, p.hostId}; }
+PeerInfo peerOf(const chorusPluginPeer_v4& p) { return {p.rank, p.pid, p.host, p.hostId}; }
 
 // Runs body; an exception becomes a result code and the transport's lastError text.
 template <typename F>
@@ -59,7 +59,7 @@ void fillPeers(Hosted* h) {
   for (int r = 0; r < h->c->nranks; ++r) h->setup.peers.push_back(peerOf(h->c->peers[r]));
 }
 
-int create(const chorusPluginSetup_v3* c, void** out, char* err, size_t errLen) {
+int create(const chorusPluginSetup_v4* c, void** out, char* err, size_t errLen) {
   *out = nullptr;
   auto h = std::make_unique<Hosted>();
   h->c = c;
@@ -89,13 +89,13 @@ void destroy(void* t) {
 }  // namespace
 
 chorusTransportPlugin_v4_t exportPlugin(const PluginSpec& spec) {
-  static_assert(sizeof(EnvSpec) == sizeof(chorusPluginEnv_v3));
+  static_assert(sizeof(EnvSpec) == sizeof(chorusPluginEnv_v4));
   gSpec = &spec;
   chorusTransportPlugin_v4_t p{};
   p.version = CHORUS_TRANSPORT_PLUGIN_VERSION;
   p.name = spec.name;
   p.preference = spec.preference;
-  p.env = reinterpret_cast<const chorusPluginEnv_v3*>(spec.env.data());
+  p.env = reinterpret_cast<const chorusPluginEnv_v4*>(spec.env.data());
   p.nenv = spec.env.size();
   const LinkTraits traits = spec.traits();
   // More steps than the table holds, or none, leave the table invalid, and the host refuses the plugin naming it.
@@ -108,7 +108,7 @@ chorusTransportPlugin_v4_t exportPlugin(const PluginSpec& spec) {
     return why->c_str();
   };
   p.disabledByEnv = [] { return gSpec->disabledByEnv != nullptr && gSpec->disabledByEnv() ? 1 : 0; };
-  p.canConnect = [](const chorusPluginPeer_v3* a, const chorusPluginPeer_v3* b) {
+  p.canConnect = [](const chorusPluginPeer_v4* a, const chorusPluginPeer_v4* b) {
     return gSpec->canConnect(peerOf(*a), peerOf(*b)) ? 1 : 0;
   };
   p.create = create;
@@ -132,17 +132,17 @@ chorusTransportPlugin_v4_t exportPlugin(const PluginSpec& spec) {
     });
   };
   p.settle = [](void* t, int64_t deadline) { return guarded(H(t), [&] { H(t)->t->settle(deadlineOf(deadline)); }); };
-  p.isend = [](void* t, int peer, const void* buf, size_t len, const chorusPluginTag_v3* tag,
-               chorusPluginRequest_v3* req) {
+  p.isend = [](void* t, int peer, const void* buf, size_t len, const chorusPluginTag_v4* tag,
+               chorusPluginRequest_v4* req) {
     return guarded(H(t), [&] { H(t)->t->isend(peer, buf, len, tagOf(tag), reqOf(req)); });
   };
-  p.irecv = [](void* t, int peer, void* buf, size_t len, const chorusPluginTag_v3* tag, chorusPluginRequest_v3* req) {
+  p.irecv = [](void* t, int peer, void* buf, size_t len, const chorusPluginTag_v4* tag, chorusPluginRequest_v4* req) {
     return guarded(H(t), [&] { H(t)->t->irecv(peer, buf, len, tagOf(tag), reqOf(req)); });
   };
   // Left NULL where the transport never reduces while receiving: the host then answers without a crossing.
   if (traits.reducesOnReceive)
     p.irecvReduce = [](void* t, int peer, void* dst, const void* src, size_t len, int dtype, int op,
-                       const chorusPluginTag_v3* tag, chorusPluginRequest_v3* req, int* posted) {
+                       const chorusPluginTag_v4* tag, chorusPluginRequest_v4* req, int* posted) {
       return guarded(H(t), [&] {
         *posted = H(t)->t->irecvReduce(peer, dst, src, len, static_cast<chorusDataType_t>(dtype),
                                        static_cast<chorusRedOp_t>(op), tagOf(tag), reqOf(req)) ? 1 : 0;

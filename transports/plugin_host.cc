@@ -41,27 +41,27 @@ namespace chorus::transport {
 
 namespace {
 
-static_assert(sizeof(Request) == sizeof(chorusPluginRequest_v3) &&
-              offsetof(Request, done) == offsetof(chorusPluginRequest_v3, done) &&
-              offsetof(Request, optional) == offsetof(chorusPluginRequest_v3, optional) &&
-              offsetof(Request, pendingParts) == offsetof(chorusPluginRequest_v3, priv) && sizeof(bool) == 1);
-static_assert(sizeof(EnvSpec) == sizeof(chorusPluginEnv_v3));
+static_assert(sizeof(Request) == sizeof(chorusPluginRequest_v4) &&
+              offsetof(Request, done) == offsetof(chorusPluginRequest_v4, done) &&
+              offsetof(Request, optional) == offsetof(chorusPluginRequest_v4, optional) &&
+              offsetof(Request, pendingParts) == offsetof(chorusPluginRequest_v4, priv) && sizeof(bool) == 1);
+static_assert(sizeof(EnvSpec) == sizeof(chorusPluginEnv_v4));
 
 int64_t ns(Deadline d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d.time_since_epoch()).count();
 }
 
-static_assert(sizeof(OpTag) == sizeof(chorusPluginTag_v3) && offsetof(OpTag, seq) == offsetof(chorusPluginTag_v3, seq) &&
-              offsetof(OpTag, count) == offsetof(chorusPluginTag_v3, count) &&
-              offsetof(OpTag, root) == offsetof(chorusPluginTag_v3, root) &&
-              offsetof(OpTag, kind) == offsetof(chorusPluginTag_v3, kind) &&
-              offsetof(OpTag, dtype) == offsetof(chorusPluginTag_v3, dtype) &&
-              offsetof(OpTag, redop) == offsetof(chorusPluginTag_v3, redop) &&
-              offsetof(OpTag, pad) == offsetof(chorusPluginTag_v3, pad));
+static_assert(sizeof(OpTag) == sizeof(chorusPluginTag_v4) && offsetof(OpTag, seq) == offsetof(chorusPluginTag_v4, seq) &&
+              offsetof(OpTag, count) == offsetof(chorusPluginTag_v4, count) &&
+              offsetof(OpTag, root) == offsetof(chorusPluginTag_v4, root) &&
+              offsetof(OpTag, kind) == offsetof(chorusPluginTag_v4, kind) &&
+              offsetof(OpTag, dtype) == offsetof(chorusPluginTag_v4, dtype) &&
+              offsetof(OpTag, redop) == offsetof(chorusPluginTag_v4, redop) &&
+              offsetof(OpTag, pad) == offsetof(chorusPluginTag_v4, pad));
 // The same bytes: one copy, not a field-by-field conversion on every message.
-chorusPluginTag_v3 cTag(const OpTag& t) { return std::bit_cast<chorusPluginTag_v3>(t); }
+chorusPluginTag_v4 cTag(const OpTag& t) { return std::bit_cast<chorusPluginTag_v4>(t); }
 
-chorusPluginRequest_v3* cReq(Request* r) { return reinterpret_cast<chorusPluginRequest_v3*>(r); }
+chorusPluginRequest_v4* cReq(Request* r) { return reinterpret_cast<chorusPluginRequest_v4*>(r); }
 
 // A transport that lives in a plugin: every call goes through the table; a failure comes back as a code and
 // the plugin's text, and is thrown here as chorus::Error.
@@ -106,17 +106,17 @@ class PluginTransport final : public Transport {
     if (p_->settle != nullptr) check(p_->settle(t_, ns(deadline)));
   }
   void isend(int peer, const void* buf, size_t len, const OpTag& tag, Request* req) override {
-    chorusPluginTag_v3 t = cTag(tag);
+    chorusPluginTag_v4 t = cTag(tag);
     check(p_->isend(t_, peer, buf, len, &t, cReq(req)));
   }
   void irecv(int peer, void* buf, size_t len, const OpTag& tag, Request* req) override {
-    chorusPluginTag_v3 t = cTag(tag);
+    chorusPluginTag_v4 t = cTag(tag);
     check(p_->irecv(t_, peer, buf, len, &t, cReq(req)));
   }
   bool irecvReduce(int peer, void* dst, const void* src, size_t len, chorusDataType_t dtype, chorusRedOp_t op,
                    const OpTag& tag, Request* req) override {
     if (p_->irecvReduce == nullptr) return false;
-    chorusPluginTag_v3 t = cTag(tag);
+    chorusPluginTag_v4 t = cTag(tag);
     int posted = 0;
     check(p_->irecvReduce(t_, peer, dst, src, len, dtype, op, &t, cReq(req), &posted));
     return posted != 0;
@@ -152,8 +152,8 @@ class PluginTransport final : public Transport {
 
   const chorusTransportPlugin_v4_t* p_;
   const Setup& setup_;
-  chorusPluginSetup_v3 c_{};
-  std::vector<chorusPluginPeer_v3> peers_;
+  chorusPluginSetup_v4 c_{};
+  std::vector<chorusPluginPeer_v4> peers_;
   void* t_ = nullptr;
 };
 
@@ -180,12 +180,12 @@ std::string pluginName(const std::string& file) {
 }
 
 // "" when the traits' chunk steps keep plugin.h's rules, else the first rule they break.
-std::string chunkStepsProblem(const chorusPluginTraits_v3& t) {
+std::string chunkStepsProblem(const chorusPluginTraits_v4& t) {
   if (t.nchunks < 1 || t.nchunks > CHORUS_PLUGIN_MAX_CHUNK_STEPS)
     return fmt::format("{} steps (1..{} allowed)", t.nchunks, CHORUS_PLUGIN_MAX_CHUNK_STEPS);
   if (t.chunks[0].fromBytes != 0) return fmt::format("the first starts at {} bytes, not 0", t.chunks[0].fromBytes);
   for (uint32_t i = 0; i < t.nchunks; ++i) {
-    const chorusPluginChunkStep_v3& s = t.chunks[i];
+    const chorusPluginChunkStep_v4& s = t.chunks[i];
     if (s.chunkBytes < kMinChunkBytes || s.chunkBytes > kMaxChunkBytes)
       return fmt::format("step {} has a chunk of {} bytes (4 KiB..64 MiB allowed)", i, s.chunkBytes);
     if (i > 0 && s.fromBytes <= t.chunks[i - 1].fromBytes)
@@ -210,8 +210,8 @@ Descriptor descriptorOf(const chorusTransportPlugin_v4_t* t, const std::string& 
   };
   d.disabledByEnv = [t] { return t->disabledByEnv != nullptr && t->disabledByEnv() != 0; };
   d.canConnect = [t](const PeerInfo& a, const PeerInfo& b) {
-    chorusPluginPeer_v3 ca{a.rank, a.pid, a.host.c_str(), a.hostId.c_str()};
-    chorusPluginPeer_v3 cb{b.rank, b.pid, b.host.c_str(), b.hostId.c_str()};
+    chorusPluginPeer_v4 ca{a.rank, a.pid, a.host.c_str(), a.hostId.c_str()};
+    chorusPluginPeer_v4 cb{b.rank, b.pid, b.host.c_str(), b.hostId.c_str()};
     return t->canConnect(&ca, &cb) != 0;
   };
   d.create = [t](const Setup& setup) -> std::unique_ptr<Transport> {
