@@ -21,6 +21,7 @@
 #include <cstring>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -467,15 +468,18 @@ TEST(DeviceStreams, GrowingScratchWhileTheStreamIsHeldDoesNotHang) {
 // the device, as its frees do, a call on a device stream whose scratch grew in the middle of the call would wait for
 // its own fence: the process hung before (the watchdog). Every algorithm and the PreMulSum pass, at sizes that grow
 // each slot, through device IPC; each rank on a device of its own (ranks that share one as threads of one process
-// would wait for each other's fences, which Chorus does not cover).
-class ScratchBeforeTheFence : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(ScratchBeforeTheFence, CallsOnAHeldStreamAllocateNothingWhileTheyRun) {
+// would wait for each other's fences, which Chorus does not cover). Staged: the devices cannot reach each other and
+// the CPU may not touch their memory, so every message goes through pinned host buffers (StagingPool), whose
+// allocations wait for the device too.
+void growOnHeldStreams(const char* algo, bool staged) {
   useDevice(0);
   test::Watchdog watchdog(120);
   test::EnvGuard env;
-  env.set("CHORUS_ALGO", GetParam());
-  const long allocationsBefore = fake().allocations();
+  env.set("CHORUS_ALGO", algo);
+  std::optional<HostInaccessible> inaccessible;
+  if (staged) inaccessible.emplace();
+  fake().setPeerAccess(staged ? 0 : 1);
+  const long allocationsBefore = fake().allocations(), pinnedBefore = fake().hostAllocations();
   auto errors = runRanks(2, [&](int r, chorusComm_t& comm) {
     fake().setThreadCurrent(r);
     chorusComm_t onDevice = nullptr;
@@ -519,8 +523,19 @@ TEST_P(ScratchBeforeTheFence, CallsOnAHeldStreamAllocateNothingWhileTheyRun) {
     check(chorusCommDestroy(onDevice), comm, "chorusCommDestroy");
     fake().setThreadCurrent(-1);
   });
+  fake().setPeerAccess(1);
   for (const auto& e : errors) ADD_FAILURE() << e;
   EXPECT_GT(fake().allocations(), allocationsBefore) << "no scratch was allocated: nothing grew";
+  if (staged) {
+    EXPECT_GT(fake().hostAllocations(), pinnedBefore) << "nothing was staged";
+  }
+}
+
+class ScratchBeforeTheFence : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ScratchBeforeTheFence, CallsOnAHeldStreamAllocateNothingWhileTheyRun) { growOnHeldStreams(GetParam(), false); }
+TEST_P(ScratchBeforeTheFence, StagedCallsOnAHeldStreamAllocateNothingWhileTheyRun) {
+  growOnHeldStreams(GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, ScratchBeforeTheFence, ::testing::Values("RING", "TREE", "AUTO"));

@@ -57,13 +57,13 @@ bool onDevice(std::span<const CollArgs> calls) {
   return std::any_of(calls.begin(), calls.end(), [](const CollArgs& a) { return !a.space.isHost(); });
 }
 
-// The task, after it adopts the device scratch grown for it on this thread (Note [Scratch before the fence]).
-Executor::Fn adoptingScratch(Comm& comm, std::span<const CollArgs> calls, Executor::Fn task) {
+// The task, after it adopts the memory grown for it on this thread (Note [Scratch before the fence]).
+Executor::Fn adoptingMemory(Comm& comm, std::span<const CollArgs> calls, Executor::Fn task) {
   if (!onDevice(calls)) return task;
-  auto grant = std::make_shared<DeviceScratch::Grant>(growScratchFor(comm, calls));
-  if (grant->empty()) return task;
-  return [&comm, grant, task = std::move(task)]() mutable {
-    comm.deviceScratch()->adopt(*grant);
+  auto memory = std::make_shared<CallMemory>(growMemoryFor(comm, calls));
+  if (memory->empty()) return task;
+  return [&comm, memory, task = std::move(task)]() mutable {
+    memory->adopt(comm);
     task();
   };
 }
@@ -99,8 +99,8 @@ std::unique_ptr<chorusStream> start(Comm& comm, std::span<const CollArgs> calls,
     live = distinct;
   }
   const bool host = std::all_of(live.begin(), live.end(), [](chorusStream* s) { return s->device == nullptr; });
-  // Scratch first: its allocation may wait for the device, which the fences are about to hold.
-  Executor::Fn task = adoptingScratch(comm, calls, makeTask(comm, calls));
+  // Memory first: its allocation may wait for the device, which the fences are about to hold.
+  Executor::Fn task = adoptingMemory(comm, calls, makeTask(comm, calls));
   comm.executor().enqueue(orderWithDevices(comm, std::move(task), live), live,
                           !blocking && host ? Executor::Launch::kDefer : Executor::Launch::kWake);
   return waiter;
@@ -112,9 +112,9 @@ void issue(Comm& comm, std::span<const CollArgs> calls, std::span<const chorusSt
     // blocking call returns after its work ran, even when it had to queue.
     if (onDevice(calls)) {
       followDefaultStream(comm);
-      DeviceScratch::Grant grant = growScratchFor(comm, calls);
+      CallMemory memory = growMemoryFor(comm, calls);
       comm.executor().runBlocking([&] {
-        if (!grant.empty()) comm.deviceScratch()->adopt(grant);
+        memory.adopt(comm);
         tagAndRun(comm, calls);
       });
       return;

@@ -42,7 +42,10 @@ Comm::Comm(int nranks, int rank, const UniqueIdData& root, const Config& config)
   // runtime (Note [Memory plugins]) before the communicator takes the current device as its own.
   findDeviceRuntime(false);
   space_ = mem::currentSpace();
-  if (!space_.isHost()) deviceScratch_ = std::make_unique<DeviceScratch>(space_.device());
+  if (!space_.isHost()) {
+    deviceScratch_ = std::make_unique<DeviceScratch>(space_.device());
+    stagingPool_ = std::make_unique<StagingPool>(space_.device());
+  }
   startTransports();
 
   RankInfo mine;
@@ -93,9 +96,8 @@ Comm::~Comm() {
   deviceIpc_.reset();  // its copies (of a failed operation) may still write to device scratch: they end first
   deviceScratch_.reset();
   for (Staged& s : staged_)  // the transports are closed by now
-    if (s.bounce != nullptr) bounceFree_[s.sizeClass].push_back(s.bounce);
-  for (auto& sizeClass : bounceFree_)
-    for (uint8_t* p : sizeClass) bounceDevice_->releaseHost(p);
+    if (s.bounce != nullptr) stagingPool_->give(s.sizeClass, s.bounce);
+  stagingPool_.reset();
 }
 
 // Busy spinning only pays when the peer we wait for has a core of its own. With more ranks on this host than
@@ -328,16 +330,8 @@ Comm::Staged& Comm::stage(Request* user, size_t len, void* deviceDst, int peer, 
   bounceDevice_ = staging_;  // the communicator's device: the only one its calls may use
   if (len == 0)
     return staged_.emplace_back(Staged{user, {}, nullptr, 0, -1, Staged::Step::Moving, 0, deviceDst, peer, tag});
-  const int sizeClass = len <= 4096 ? 0 : static_cast<int>(std::bit_width(len - 1)) - 12;
-  if (bounceFree_.size() <= static_cast<size_t>(sizeClass)) bounceFree_.resize(sizeClass + 1);
-  std::vector<uint8_t*>& free = bounceFree_[sizeClass];
-  uint8_t* bounce = nullptr;
-  if (free.empty()) {
-    bounce = static_cast<uint8_t*>(staging_->allocateHost(size_t(4096) << sizeClass));
-  } else {
-    bounce = free.back();
-    free.pop_back();
-  }
+  const int sizeClass = StagingPool::sizeClassOf(len);
+  uint8_t* bounce = stagingPool_->take(sizeClass);
   return staged_.emplace_back(Staged{user, {}, bounce, len, sizeClass, Staged::Step::Moving, 0, deviceDst, peer, tag});
 }
 
@@ -388,7 +382,7 @@ bool Comm::finishStaged() {
       continue;
     }
     if (s.user != nullptr) s.user->done = true;
-    if (s.bounce != nullptr) bounceFree_[s.sizeClass].push_back(s.bounce);
+    if (s.bounce != nullptr) stagingPool_->give(s.sizeClass, s.bounce);
     it = staged_.erase(it);
   }
   return moved;

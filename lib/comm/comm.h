@@ -18,6 +18,7 @@
 #include "chorus/chorus.h"
 #include "lib/comm/bootstrap.h"
 #include "lib/comm/device_scratch.h"
+#include "lib/comm/staging_pool.h"
 #include "lib/base/env.h"
 #include "lib/base/error.h"
 #include "lib/comm/executor.h"
@@ -115,8 +116,15 @@ class Comm : public algo::Context {
   // waitUntil's loop; `what` names the operation in errors.
   void waitFor(FunctionRef<bool()> done, FunctionRef<std::string()> what);
   uint8_t* scratch(const mem::Space& space, size_t bytes, int slot = 0) final;
-  // The scratch of calls on the communicator's device (nullptr: it works on host memory only).
+  // The scratch of calls on the communicator's device, and the pinned buffers that stage them (nullptr: it works
+  // on host memory only).
   DeviceScratch* deviceScratch() { return deviceScratch_.get(); }
+  StagingPool* stagingPool() { return stagingPool_.get(); }
+  // A device call's messages to `peer` are staged through host memory (the device's memory is not the CPU's, and
+  // no device route reaches the peer); any thread.
+  bool stagesTo(int peer) const {
+    return !space_.isHost() && !space_.device()->hostAccessible() && deviceRoute_[peer] == nullptr;
+  }
   uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
   // ---- sequence numbers, taken at enqueue time so tags follow issue order ----
@@ -240,7 +248,7 @@ class Comm : public algo::Context {
   bool finishStaged();
   // Pinned host memory for bounce buffers, pooled by power-of-two size class (from 4 KiB) and released by ~Comm.
   mem::Device* bounceDevice_ = nullptr;
-  std::vector<std::vector<uint8_t*>> bounceFree_;
+  std::unique_ptr<StagingPool> stagingPool_;  // on space_'s device, as deviceScratch_
   std::vector<uint8_t> sendBlocked_;  // per peer, during finishStaged: an earlier staged send is not posted yet
   std::atomic<uint64_t> bytesSent_{0};
   std::atomic<uint64_t> activity_{0};  // Activity::pack, read by the heartbeats
