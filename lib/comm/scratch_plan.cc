@@ -25,9 +25,11 @@ namespace chorus {
 // calls do the same, so that a call running while another thread's later fence is held does not allocate either.
 // Sizes only grow, and the issuing side keeps what it planned, so a size already planned allocates nothing.
 // Messages staged through host memory take a pinned buffer each (cudaHostAlloc, also on CUDA's list) until they are
-// done, so where a call stages, the probe runs the whole algorithm instead: each message completes at the next wait,
-// the most staged messages of each size outstanding at once is what the pool must hold, and the issuing thread tops
-// the pool up to it (an upper bound: a real wait may find some done sooner).
+// done, so where a call stages, the probe runs the whole algorithm instead: each wait ends with as few of the
+// messages posted before it done as its condition needs, sends left in flight first (a transport may finish a send
+// long after the peer has it), the most staged messages of each size outstanding at once is what the pool must
+// hold, and the issuing thread tops the pool up to it. That costs a pass over the algorithm's steps on the host per
+// call, only where a call stages, beside copies of whole chunks through host memory.
 // What this does not cover: ranks of one communicator on one device as threads of one process (NCCL refuses
 // them), where a peer's fence may be held while this thread allocates and is released only by this rank's call;
 // and device IPC's bounce buffers (for memory CUDA cannot export), which grow inside its isend.
