@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -330,7 +329,7 @@ Comm::Staged& Comm::stage(Request* user, size_t len, void* deviceDst, int peer, 
   bounceDevice_ = staging_;  // the communicator's device: the only one its calls may use
   if (len == 0)
     return staged_.emplace_back(Staged{user, {}, nullptr, 0, -1, Staged::Step::Moving, 0, deviceDst, peer, tag});
-  const int sizeClass = StagingPool::sizeClassOf(len);
+  const int sizeClass = mem::bounceSizeClass(len);
   uint8_t* bounce = stagingPool_->take(sizeClass);
   return staged_.emplace_back(Staged{user, {}, bounce, len, sizeClass, Staged::Step::Moving, 0, deviceDst, peer, tag});
 }

@@ -15,8 +15,13 @@ DeviceScratch::~DeviceScratch() {
     if (s.p != nullptr) device_->release(s.p);
 }
 
+void DeviceScratch::checkSlot(int slot) {
+  if (slot < 0 || slot >= kSlots)
+    fail(chorusInternalError, "scratch slot {} is not one of the {} there are", slot, kSlots);
+}
+
 DeviceScratch::Slot& DeviceScratch::slot(int s) {
-  if (s < 0 || s >= kSlots) fail(chorusInternalError, "scratch slot {} is not one of the {} there are", s, kSlots);
+  checkSlot(s);
   return slots_[static_cast<size_t>(s)];
 }
 

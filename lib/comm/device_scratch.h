@@ -47,6 +47,8 @@ class DeviceScratch {
   DeviceScratch& operator=(const DeviceScratch&) = delete;
 
   static constexpr int kSlots = 8;  // the algorithms' and the PreMulSum pass's slots are fewer
+  // Throws chorusInternalError for a slot that is not one of them.
+  static void checkSlot(int slot);
 
   // Any thread that issues calls: a block for each slot whose size, as planned so far, is below bytesBySlot[slot].
   // When the device cannot allocate, the grant carries the error instead: adopt throws it inside the call, which

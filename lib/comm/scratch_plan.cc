@@ -106,8 +106,7 @@ class ScratchProbe final : public algo::Context {
   void forgetPosted() { posted_.clear(); }
   // An address the inert device never touches; aligned as a real block is.
   uint8_t* scratch(const mem::Space&, size_t bytes, int slot) override {
-    if (slot < 0 || slot >= DeviceScratch::kSlots)
-      fail(chorusInternalError, "scratch slot {} is not one of the {} there are", slot, DeviceScratch::kSlots);
+    DeviceScratch::checkSlot(slot);
     if (bytesBySlot.size() <= static_cast<size_t>(slot)) bytesBySlot.resize(static_cast<size_t>(slot) + 1);
     bytesBySlot[static_cast<size_t>(slot)] = std::max(bytesBySlot[static_cast<size_t>(slot)], bytes);
     return reinterpret_cast<uint8_t*>(uintptr_t{1} << 40);
@@ -126,7 +125,7 @@ class ScratchProbe final : public algo::Context {
     req->done = false;
     int sizeClass = -1;
     if (len > 0 && comm_.stagesTo(peer)) {
-      sizeClass = StagingPool::sizeClassOf(len);
+      sizeClass = mem::bounceSizeClass(len);
       if (staged_.size() <= static_cast<size_t>(sizeClass)) {
         staged_.resize(static_cast<size_t>(sizeClass) + 1);
         mostStaged.resize(staged_.size());

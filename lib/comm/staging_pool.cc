@@ -37,7 +37,7 @@ StagingPool::Grant StagingPool::grow(const std::vector<int>& countByClass) {
     for (int i = 0; i < missing[c]; ++i) {
       try {
         g.buffers_.emplace_back(static_cast<int>(c),
-                                static_cast<uint8_t*>(device_->allocateHost(bytesOf(static_cast<int>(c)))));
+                                static_cast<uint8_t*>(device_->allocateHost(mem::bounceBytes(static_cast<int>(c)))));
       } catch (const Error& e) {
         std::lock_guard<std::mutex> l(mu_);
         made(static_cast<int>(c)) -= missing[c] - i;
@@ -68,7 +68,7 @@ uint8_t* StagingPool::take(int sizeClass) {
     free.pop_back();
     return p;
   }
-  auto* p = static_cast<uint8_t*>(device_->allocateHost(bytesOf(sizeClass)));
+  auto* p = static_cast<uint8_t*>(device_->allocateHost(mem::bounceBytes(sizeClass)));
   std::lock_guard<std::mutex> l(mu_);
   ++made(sizeClass);
   return p;

@@ -1,9 +1,9 @@
 // The pinned host buffers that stage device memory for host transports (Note [Staging device memory] in comm.cc),
-// pooled by size class for the communicator's life, and grown on the thread that issues a call before the call's
-// fences where the call will need more than the pool has (Note [Scratch before the fence] in scratch_plan.cc).
+// pooled by size class (mem::bounceSizeClass) for the communicator's life, and grown on the thread that issues a call
+// before the call's fences where the call will need more than the pool has (Note [Scratch before the fence] in
+// scratch_plan.cc).
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -18,10 +18,6 @@ namespace chorus {
 
 class StagingPool {
  public:
-  // Buffers of class c hold 4 KiB << c bytes.
-  static int sizeClassOf(size_t len) { return len <= 4096 ? 0 : static_cast<int>(std::bit_width(len - 1)) - 12; }
-  static size_t bytesOf(int sizeClass) { return size_t{4096} << sizeClass; }
-
   // Buffers made for a call, not yet the pool's; released by the destructor unless adopted.
   class Grant {
    public:

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -115,6 +116,11 @@ class Space {
 
   Device* dev_ = nullptr;
 };
+
+// Bounce buffers (staging's pinned host memory, device IPC's device memory) are pooled by power-of-two size class:
+// class c holds 4 KiB << c bytes.
+inline int bounceSizeClass(size_t len) { return len <= 4096 ? 0 : static_cast<int>(std::bit_width(len - 1)) - 12; }
+inline size_t bounceBytes(int sizeClass) { return size_t{4096} << sizeClass; }
 
 // A device runtime's own stream (a cudaStream_t), which the calls on a chorusStream made from it follow (Note
 // [Device streams] in lib/comm/stream.cc). Every call but reached() may throw chorus::Error.

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <array>
-#include <bit>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -260,11 +259,11 @@ class IpcTransport final : public DeviceTransport {
                       "buffer that can be first", self().name(), err.what());
         warnedBounce_ = true;
       }
-      s.sizeClass = s.len <= 4096 ? 0 : static_cast<int>(std::bit_width(s.len - 1)) - 12;
+      s.sizeClass = mem::bounceSizeClass(s.len);
       if (bounceFree_.size() <= static_cast<size_t>(s.sizeClass)) bounceFree_.resize(s.sizeClass + 1);
       auto& free = bounceFree_[s.sizeClass];
       if (free.empty()) {
-        s.bounce = static_cast<uint8_t*>(device_->allocate(size_t(4096) << s.sizeClass));
+        s.bounce = static_cast<uint8_t*>(device_->allocate(mem::bounceBytes(s.sizeClass)));
         bounces_.push_back(s.bounce);
       } else {
         s.bounce = free.back();
